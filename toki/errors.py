@@ -1,0 +1,82 @@
+"""One exception hierarchy for everything toki refuses.
+
+Every message names the offending field and says how to fix it, because the people who see
+these errors are running experiments, not reading our source.
+"""
+
+from __future__ import annotations
+
+
+class TokiError(Exception):
+    """Base class of every error toki raises on purpose."""
+
+
+class InvalidInput(TokiError, ValueError):
+    """A value given to toki is malformed; the message names the field and the fix."""
+
+    def __init__(self, field: str, problem: str, fix: str = "") -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        message = f"{field}: {problem}"
+        if fix:
+            message += f" ({fix})"
+        super().__init__(message)
+
+
+class InvalidTime(InvalidInput):
+    """A time is naive, unparseable, or of the wrong type."""
+
+
+class InvalidInterval(InvalidInput):
+    """An interval's end is not after its start, or a bound is inconsistent."""
+
+
+class InvalidKey(InvalidInput):
+    """A FactKey field is empty, of the wrong type, or names an unknown scope kind."""
+
+
+class InvalidValue(InvalidInput):
+    """A fact value cannot be represented as canonical JSON."""
+
+
+class UnknownVersion(TokiError, KeyError):
+    """A version id names no version this store knows."""
+
+    def __init__(self, version_id: str, field: str = "version") -> None:
+        self.version_id = version_id
+        super().__init__(
+            f"{field}: no version with id {version_id!r} is known to this store "
+            "(pass the FactVersion or id returned by assert_fact/supersede/insert_segment)"
+        )
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0])
+
+
+class LifecycleError(TokiError):
+    """An operation is not allowed in the version's current lifecycle (e.g. revoking twice)."""
+
+
+class IntegrityError(TokiError):
+    """A stored log violates an invariant: a changed event, a bad hash, a sequence gap."""
+
+
+class IsolationViolation(TokiError):
+    """An operator ran on a store whose isolation level does not dominate its precondition."""
+
+
+class StoreError(TokiError):
+    """A backend could not be opened or used (bad URL, unreachable server)."""
+
+
+class DataError(TokiError):
+    """A data set toki reads (e.g. LoCoMo) is missing, unreadable or not the expected file."""
+
+
+class DataNotFound(DataError, FileNotFoundError):
+    """No copy of a data file was found; the message lists where toki looked and how to get it."""
+
+
+class ChecksumMismatch(DataError):
+    """A downloaded or given data file does not have the published sha256; it was not used."""

@@ -1,0 +1,206 @@
+"""The append-only event log: the only authority on what the store knows.
+
+Each event has a global sequence number, a per-key sequence number, the system time it was
+recorded at, the version ids it concerns, a canonical JSON payload and its hash. The event
+id is a hash of (kind, payload) and does not depend on the sequence number, so the same event
+delivered twice is recognised and ignored.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from toki.canonical import canonical_json, digest
+from toki.errors import IntegrityError
+from toki.model import FactKey, FactVersion
+from toki.time import format_instant, parse_instant
+
+__all__ = ["Event", "EventKind", "EventLog", "event_from_record", "event_to_record"]
+
+
+class EventKind(enum.Enum):
+    ASSERT = "ASSERT"  # a version became known (body: the version payload, proposed flag)
+    CONFIRM = "CONFIRM"  # a PROPOSED version was confirmed (body: version, token)
+    SUPERSEDE = "SUPERSEDE"  # the world changed (body: old, new ids, closes_at)
+    REVOKE = "REVOKE"  # we were wrong (body: version, reason)
+    CONFLICT_OPEN = "CONFLICT_OPEN"  # body: left, right
+    CONFLICT_RESOLVE = "CONFLICT_RESOLVE"  # body: left, right, winner, how
+    DECISION = "DECISION"  # a keyed judge verdict or operator decision (body: provenance)
+    POLICY = "POLICY"  # a RULE policy row came into force (body: policy)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One logged fact about the store's knowledge. Never mutated, never deleted."""
+
+    seq: int
+    key_seq: int
+    kind: EventKind
+    key: FactKey
+    recorded_at: datetime
+    version_ids: tuple[str, ...]
+    payload: str  # canonical JSON of `body`
+    payload_hash: str
+    event_id: str
+    body: Mapping[str, Any] = field(compare=False, repr=False)
+    version: FactVersion | None = field(default=None, compare=False, repr=False)
+
+    def verify(self) -> None:
+        """Raise IntegrityError if the payload no longer matches its hash or id."""
+        if digest(self.payload, 64) != self.payload_hash:
+            raise IntegrityError(f"event seq {self.seq}: payload hash mismatch")
+        if _event_id(self.kind, self.payload) != self.event_id:
+            raise IntegrityError(f"event seq {self.seq}: event id does not match its payload")
+
+    def describe(self) -> str:
+        at = format_instant(self.recorded_at)
+        return f"#{self.seq} {self.kind.value} {self.key} recorded at {at}: {self.payload}"
+
+
+def _event_id(kind: EventKind, payload: str) -> str:
+    return "e-" + digest(kind.value + "\x00" + payload)
+
+
+def make_event(
+    seq: int,
+    key_seq: int,
+    kind: EventKind,
+    key: FactKey,
+    recorded_at: datetime,
+    version_ids: tuple[str, ...],
+    body: Mapping[str, Any],
+    version: FactVersion | None = None,
+) -> Event:
+    """Build an event; the payload includes key and recorded_at so the id pins them too."""
+    full = dict(body)
+    full["_key"] = key.to_json()
+    full["_recorded_at"] = format_instant(recorded_at)
+    full["_version_ids"] = list(version_ids)
+    payload = canonical_json(full)
+    return Event(
+        seq=seq,
+        key_seq=key_seq,
+        kind=kind,
+        key=key,
+        recorded_at=recorded_at,
+        version_ids=version_ids,
+        payload=payload,
+        payload_hash=digest(payload, 64),
+        event_id=_event_id(kind, payload),
+        body=full,
+        version=version,
+    )
+
+
+def event_to_record(event: Event) -> dict[str, Any]:
+    """A JSON-able record (the storage and exchange form)."""
+    return {
+        "seq": event.seq,
+        "key_seq": event.key_seq,
+        "kind": event.kind.value,
+        "payload": event.payload,
+        "payload_hash": event.payload_hash,
+        "event_id": event.event_id,
+    }
+
+
+def event_from_record(record: Mapping[str, Any], *, verify: bool = True) -> Event:
+    """Rebuild an event from its stored record; key, time and ids come from the payload."""
+    import json
+
+    payload = str(record["payload"])
+    body = json.loads(payload)
+    kind = EventKind(record["kind"])
+    key = FactKey.from_json(body["_key"])
+    version = FactVersion.from_payload(body["version"]) if kind is EventKind.ASSERT else None
+    event = Event(
+        seq=int(record["seq"]),
+        key_seq=int(record["key_seq"]),
+        kind=kind,
+        key=key,
+        recorded_at=parse_instant(body["_recorded_at"], "recorded_at"),
+        version_ids=tuple(body["_version_ids"]),
+        payload=payload,
+        payload_hash=str(record["payload_hash"]),
+        event_id=str(record["event_id"]),
+        body=body,
+        version=version,
+    )
+    if verify:
+        event.verify()
+        if version is not None and version.id != event.version_ids[0]:
+            raise IntegrityError(f"event seq {event.seq}: version id does not match its payload")
+    return event
+
+
+class EventLog:
+    """Assigns sequence numbers and refuses duplicates; holds events in sequence order."""
+
+    __slots__ = ("_by_id", "_events", "_key_seq")
+
+    def __init__(self, events: Iterable[Event] = ()) -> None:
+        self._events: list[Event] = []
+        self._by_id: dict[str, Event] = {}
+        self._key_seq: dict[FactKey, int] = {}
+        for event in events:
+            self.add(event)
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self._events)
+
+    @property
+    def last_seq(self) -> int:
+        return self._events[-1].seq if self._events else 0
+
+    def contains(self, event_id: str) -> bool:
+        return event_id in self._by_id
+
+    def next_seqs(self, key: FactKey) -> tuple[int, int]:
+        """The (global, per-key) sequence numbers the next event on `key` will get."""
+        return self.last_seq + 1, self._key_seq.get(key, 0) + 1
+
+    def new(
+        self,
+        kind: EventKind,
+        key: FactKey,
+        recorded_at: datetime,
+        version_ids: tuple[str, ...],
+        body: Mapping[str, Any],
+        version: FactVersion | None = None,
+        *,
+        pending: list[Event] | None = None,
+    ) -> Event:
+        """Make the next event without appending it (numbers continue after `pending`)."""
+        seq = self.last_seq + 1 + (len(pending) if pending else 0)
+        key_seq = self._key_seq.get(key, 0) + 1
+        if pending:
+            key_seq += sum(1 for e in pending if e.key == key)
+        return make_event(seq, key_seq, kind, key, recorded_at, version_ids, body, version)
+
+    def add(self, event: Event) -> bool:
+        """Append one event; False (no-op) for a duplicate id. Sequence numbers must grow."""
+        if event.event_id in self._by_id:
+            return False
+        if event.seq <= self.last_seq:
+            raise IntegrityError(
+                f"event seq {event.seq} is not after the log's last seq {self.last_seq}"
+            )
+        last_key_seq = self._key_seq.get(event.key, 0)
+        if event.key_seq <= last_key_seq:
+            raise IntegrityError(
+                f"event seq {event.seq}: per-key seq {event.key_seq} is not after {last_key_seq}"
+            )
+        self._events.append(event)
+        self._by_id[event.event_id] = event
+        self._key_seq[event.key] = event.key_seq
+        return True
+
+    def events(self) -> tuple[Event, ...]:
+        return tuple(self._events)

@@ -1,0 +1,233 @@
+"""The values the store speaks in: fact keys with scopes, immutable versions, answers.
+
+A `FactVersion` never changes after it is made; its id is the hash of its canonical payload,
+so delivering the same claim twice is a no-op. Lifecycle and conflicts are projections of
+the event log (see `toki.replay`), never fields of a version.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from toki.canonical import canonical_json, check_json, digest
+from toki.errors import InvalidKey, InvalidValue
+from toki.time import Interval, format_instant, parse_instant
+
+__all__ = [
+    "SCOPE_KINDS",
+    "FactKey",
+    "FactVersion",
+    "HistoryEntry",
+    "Lifecycle",
+    "Resolution",
+    "Scope",
+]
+
+SCOPE_KINDS = ("global", "project", "task")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Scope:
+    """Where a fact applies. Normalised from trusted resource ids, never from model text."""
+
+    kind: str = "global"
+    key: str = "*"
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCOPE_KINDS:
+            raise InvalidKey(
+                "scope_kind", f"unknown scope kind {self.kind!r}", f"use one of {SCOPE_KINDS}"
+            )
+        if not isinstance(self.key, str) or not self.key.strip():
+            raise InvalidKey("scope_key", "empty scope key", "use '*' for global scope")
+        if self.kind == "global" and self.key != "*":
+            raise InvalidKey("scope_key", f"global scope has key {self.key!r}", "use '*'")
+        if self.kind != "global" and self.key == "*":
+            raise InvalidKey("scope_key", f"{self.kind} scope needs a resource id, not '*'")
+
+    @classmethod
+    def from_resource(cls, resource_id: str | None) -> Scope:
+        """Normalise a trusted resource id ('task:42', 'project:web', None) into a scope."""
+        if resource_id is None or resource_id in ("", "*", "global", "global/*"):
+            return cls()
+        for sep in (":", "/"):
+            if sep in resource_id:
+                kind, _, key = resource_id.partition(sep)
+                return cls(kind.strip().lower(), key.strip())
+        raise InvalidKey(
+            "resource_id",
+            f"cannot tell the scope of {resource_id!r}",
+            "use 'task:<id>', 'project:<id>' or None for global",
+        )
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.key}"
+
+
+def _need_text(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidKey(name, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class FactKey:
+    """The identity of a fact: (tenant, subject, scope_kind, scope_key, fact_key)."""
+
+    tenant: str
+    subject: str
+    fact_key: str
+    scope_kind: str = "global"
+    scope_key: str = "*"
+
+    def __post_init__(self) -> None:
+        _need_text("tenant", self.tenant)
+        _need_text("subject", self.subject)
+        _need_text("fact_key", self.fact_key)
+        Scope(self.scope_kind, self.scope_key)  # validates
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(self.scope_kind, self.scope_key)
+
+    def in_scope(self, scope: Scope) -> FactKey:
+        """The same fact in another scope (for scope-chain lookups)."""
+        return FactKey(self.tenant, self.subject, self.fact_key, scope.kind, scope.key)
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "tenant": self.tenant,
+            "subject": self.subject,
+            "scope_kind": self.scope_kind,
+            "scope_key": self.scope_key,
+            "fact_key": self.fact_key,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FactKey:
+        return cls(
+            tenant=data.get("tenant", ""),
+            subject=data.get("subject", ""),
+            fact_key=data.get("fact_key", ""),
+            scope_kind=data.get("scope_kind", "global"),
+            scope_key=data.get("scope_key", "*"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.tenant}:{self.subject}:{self.scope_kind}/{self.scope_key}:{self.fact_key}"
+
+
+class Lifecycle(enum.Enum):
+    """A version's standing as of some system time (a projection, never stored)."""
+
+    PROPOSED = "PROPOSED"  # awaiting confirmation (AWAIT operator)
+    ACTIVE = "ACTIVE"
+    SUPERSEDED = "SUPERSEDED"  # the world changed: its valid interval was closed
+    REVOKED = "REVOKED"  # we were wrong: it never held
+
+
+@dataclass(frozen=True, slots=True)
+class FactVersion:
+    """One immutable claim about a fact: value, valid interval, when and whence we learned it."""
+
+    key: FactKey
+    value: Any
+    valid: Interval
+    recorded_at: datetime
+    source_id: str
+    source_hash: str
+    supersedes: str | None = None
+    weight: float = 1.0
+    id: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        check_json(self.value)
+        _need_text("source_id", self.source_id)
+        if isinstance(self.weight, bool) or not isinstance(self.weight, int | float):
+            raise InvalidValue("weight", f"must be a number, got {self.weight!r}")
+        if not self.weight >= 0:
+            raise InvalidValue("weight", f"must be >= 0, got {self.weight!r}")
+        if not self.id:
+            object.__setattr__(self, "id", "v-" + digest(canonical_json(self.payload())))
+
+    def payload(self) -> dict[str, Any]:
+        """The canonical content the id is a hash of."""
+        return {
+            "key": self.key.to_json(),
+            "value": self.value,
+            "valid": self.valid.to_json(),
+            "recorded_at": format_instant(self.recorded_at),
+            "source_id": self.source_id,
+            "source_hash": self.source_hash,
+            "supersedes": self.supersedes,
+            "weight": self.weight,
+        }
+
+    @classmethod
+    def from_payload(cls, data: dict[str, Any]) -> FactVersion:
+        return cls(
+            key=FactKey.from_json(data["key"]),
+            value=data["value"],
+            valid=Interval.from_json(data["valid"]),
+            recorded_at=parse_instant(data["recorded_at"], "recorded_at"),
+            source_id=data["source_id"],
+            source_hash=data["source_hash"],
+            supersedes=data.get("supersedes"),
+            weight=data.get("weight", 1.0),
+        )
+
+    @property
+    def value_json(self) -> str:
+        return canonical_json(self.value)
+
+
+def source_hash_of(source_id: str, value: object) -> str:
+    """Default source hash when the caller has no hash of the source document."""
+    return digest(canonical_json({"source_id": source_id, "value": value}))
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """The answer to "what held at valid time T, as known at system time S?".
+
+    kind is exactly one of "value", "unknown", "conflict" (and "stale" from `current` when
+    the projection lags and catch-up was declined). A conflict never carries a value.
+    """
+
+    kind: str
+    value: Any = None
+    version_ids: tuple[str, ...] = ()
+    conflicts: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_value(self) -> bool:
+        return self.kind == "value"
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One version as it stood at the query's system time, with what replaced it and why."""
+
+    version: FactVersion
+    lifecycle: Lifecycle
+    effective: Interval | None  # None when a later supersession replaced all of it
+    superseded_at: datetime | None  # system time of the supersession, if any
+    replaced_by: tuple[str, ...]
+    revoked_at: datetime | None
+    revoke_reason: str | None
+
+    def render(self) -> str:
+        """One line with every date labelled by its meaning."""
+        v = self.version
+        parts = [f"{v.value_json} [{self.lifecycle.value}]"]
+        parts.append(v.valid.render() if self.effective is None else self.effective.render())
+        parts.append(f"recorded at {format_instant(v.recorded_at)} from {v.source_id}")
+        if self.superseded_at is not None:
+            by = ", ".join(self.replaced_by)
+            parts.append(f"superseded at {format_instant(self.superseded_at)} by {by}")
+        if self.revoked_at is not None:
+            parts.append(f"revoked at {format_instant(self.revoked_at)} ({self.revoke_reason})")
+        return "; ".join(parts)

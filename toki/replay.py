@@ -1,0 +1,401 @@
+"""Fold the event log into a state that answers bitemporal questions.
+
+`replay(events, cutoff)` folds events in sequence order, ignoring duplicates, and keeps only
+events recorded at or before the cutoff, so any delivery order of the same events gives the
+same state and `state_hash`. Every state answers "as of system time S" by consulting only
+events recorded by S: that is the same answer a replay cut at S gives (tested), without
+replaying.
+
+Semantics (DESIGN §2):
+- a SUPERSEDE closes the old version's valid interval at `closes_at` (None: all of it); a
+  supersession whose every replacement was later revoked no longer closes anything, since
+  a version that never held cannot have ended another;
+- a REVOKE makes a version ineligible from the revocation's system time on;
+- a PROPOSED version is ineligible until a CONFIRM;
+- resolve: open conflict edges or distinct values among eligible versions → conflict,
+  none eligible → unknown, otherwise the one value.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right, insort
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from toki.canonical import canonical_json, digest
+from toki.log import Event, EventKind
+from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution
+from toki.time import BoundSource, Interval, parse_instant
+
+__all__ = ["KeyState", "KeySummary", "Snapshot", "replay"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+_MIN = -(2**62)
+_MAX = 2**62
+_INDEX_CACHE = 16
+
+
+def _us(at: datetime) -> int:
+    return (at - _EPOCH) // _US
+
+
+def _known(at: datetime, as_of: datetime | None) -> bool:
+    return as_of is None or at <= as_of
+
+
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """A supersession: `old` stops holding at `closes_at` (None: it is replaced entirely)."""
+
+    new_ids: tuple[str, ...]
+    closes_at: datetime | None
+    recorded_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class KeySummary:
+    """What reconcile compares per key: never just row counts."""
+
+    value_hash: str
+    version_ids: tuple[str, ...]
+    open_conflicts: int
+    open_intervals: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "value_hash": self.value_hash,
+            "version_ids": list(self.version_ids),
+            "open_conflicts": self.open_conflicts,
+            "open_intervals": self.open_intervals,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> KeySummary:
+        return cls(
+            str(data["value_hash"]),
+            tuple(data["version_ids"]),
+            int(data["open_conflicts"]),
+            int(data["open_intervals"]),
+        )
+
+
+@dataclass(slots=True)
+class _Index:
+    """Eligible versions at one system-time epoch, sorted by start, with a prefix max of ends."""
+
+    starts: list[int]
+    ends: list[int]
+    ids: list[str]
+    prefix_max_end: list[int]
+
+    def stab(self, at: int) -> list[str]:
+        hits: list[str] = []
+        i = bisect_right(self.starts, at) - 1
+        while i >= 0 and self.prefix_max_end[i] > at:
+            if self.ends[i] > at:
+                hits.append(self.ids[i])
+            i -= 1
+        hits.reverse()
+        return hits
+
+
+@dataclass(slots=True)
+class KeyState:
+    """Everything the log says about one fact key."""
+
+    key: FactKey
+    versions: dict[str, FactVersion] = field(default_factory=dict)
+    proposed: set[str] = field(default_factory=set)
+    confirmed: dict[str, datetime] = field(default_factory=dict)
+    closings: dict[str, list[Closing]] = field(default_factory=dict)
+    revoked: dict[str, tuple[datetime, str]] = field(default_factory=dict)
+    conflicts_opened: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    conflicts_resolved: dict[tuple[str, str], tuple[datetime, str | None]] = field(
+        default_factory=dict
+    )
+    conflicts_of: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    decisions: list[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
+    policies: list[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
+    last_key_seq: int = 0
+    times: list[datetime] = field(default_factory=list)
+    _indexes: dict[int, _Index] = field(default_factory=dict)
+
+    # -- folding ---------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        kind = event.kind
+        body = event.body
+        at = event.recorded_at
+        if kind is EventKind.ASSERT:
+            version = event.version or FactVersion.from_payload(body["version"])
+            self.versions[version.id] = version
+            if body.get("proposed"):
+                self.proposed.add(version.id)
+        elif kind is EventKind.SUPERSEDE:
+            closes = body.get("closes_at")
+            closing = Closing(
+                tuple(body["new"]),
+                None if closes is None else parse_instant(closes, "closes_at"),
+                at,
+            )
+            self.closings.setdefault(body["old"], []).append(closing)
+        elif kind is EventKind.REVOKE:
+            self.revoked[body["version"]] = (at, str(body.get("reason", "")))
+        elif kind is EventKind.CONFIRM:
+            self.confirmed[body["version"]] = at
+        elif kind is EventKind.CONFLICT_OPEN:
+            pair = _pair(body["left"], body["right"])
+            self.conflicts_opened[pair] = at
+            self.conflicts_of.setdefault(pair[0], set()).add(pair)
+            self.conflicts_of.setdefault(pair[1], set()).add(pair)
+        elif kind is EventKind.CONFLICT_RESOLVE:
+            pair = _pair(body["left"], body["right"])
+            self.conflicts_resolved[pair] = (at, body.get("winner"))
+        elif kind is EventKind.DECISION:
+            self.decisions.append((at, body))
+        elif kind is EventKind.POLICY:
+            self.policies.append((at, body))
+        self.last_key_seq = max(self.last_key_seq, event.key_seq)
+        if not self.times or at >= self.times[-1]:
+            self.times.append(at)
+        else:
+            insort(self.times, at)
+        self._indexes.clear()
+
+    # -- per-version questions ---------------------------------------------------------------
+
+    def is_revoked(self, vid: str, as_of: datetime | None = None) -> bool:
+        rev = self.revoked.get(vid)
+        return rev is not None and _known(rev[0], as_of)
+
+    def live_closings(self, vid: str, as_of: datetime | None = None) -> list[Closing]:
+        """Supersessions of `vid` known by `as_of` that still stand (not voided by revokes)."""
+        return [
+            c
+            for c in self.closings.get(vid, ())
+            if _known(c.recorded_at, as_of)
+            and not all(self.is_revoked(n, as_of) for n in c.new_ids)
+        ]
+
+    def effective(self, vid: str, as_of: datetime | None = None) -> Interval | None:
+        """The valid interval left after supersessions known by `as_of`; None if none is left."""
+        interval: Interval | None = self.versions[vid].valid
+        for closing in self.live_closings(vid, as_of):
+            if interval is None:
+                break
+            if closing.closes_at is None:
+                return None
+            interval = interval.clip_end(closing.closes_at, BoundSource.EVIDENCE)
+        return interval
+
+    def lifecycle(self, vid: str, as_of: datetime | None = None) -> Lifecycle:
+        if self.is_revoked(vid, as_of):
+            return Lifecycle.REVOKED
+        if vid in self.proposed:
+            confirmed = self.confirmed.get(vid)
+            if confirmed is None or not _known(confirmed, as_of):
+                return Lifecycle.PROPOSED
+        if self.live_closings(vid, as_of):
+            return Lifecycle.SUPERSEDED
+        return Lifecycle.ACTIVE
+
+    def known_versions(self, as_of: datetime | None = None) -> list[FactVersion]:
+        return [v for v in self.versions.values() if _known(v.recorded_at, as_of)]
+
+    def open_conflicts(self, as_of: datetime | None = None) -> list[tuple[str, str]]:
+        """Conflict edges opened by `as_of`, not resolved by then, with both sides standing."""
+        out = []
+        for pair, opened in self.conflicts_opened.items():
+            if not _known(opened, as_of):
+                continue
+            resolved = self.conflicts_resolved.get(pair)
+            if resolved is not None and _known(resolved[0], as_of):
+                continue
+            if self.is_revoked(pair[0], as_of) or self.is_revoked(pair[1], as_of):
+                continue
+            out.append(pair)
+        return sorted(out)
+
+    # -- answering ---------------------------------------------------------------------------
+
+    def _index(self, as_of: datetime | None) -> _Index:
+        epoch = len(self.times) if as_of is None else bisect_right(self.times, as_of)
+        cached = self._indexes.get(epoch)
+        if cached is not None:
+            return cached
+        rows: list[tuple[int, int, str]] = []
+        for vid, version in self.versions.items():
+            if not _known(version.recorded_at, as_of):
+                continue
+            if self.lifecycle(vid, as_of) not in (Lifecycle.ACTIVE, Lifecycle.SUPERSEDED):
+                continue
+            eff = self.effective(vid, as_of)
+            if eff is None:
+                continue
+            start = _MIN if eff.start is None else _us(eff.start)
+            end = _MAX if eff.end is None else _us(eff.end)
+            rows.append((start, end, vid))
+        rows.sort()
+        prefix: list[int] = []
+        best = _MIN
+        for _, end, _ in rows:
+            best = max(best, end)
+            prefix.append(best)
+        index = _Index([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], prefix)
+        if len(self._indexes) >= _INDEX_CACHE:
+            self._indexes.pop(next(iter(self._indexes)))
+        self._indexes[epoch] = index
+        return index
+
+    def eligible(self, valid_at: datetime, as_of: datetime | None = None) -> list[str]:
+        """Versions that held at `valid_at` as known at `as_of` (sorted by start)."""
+        return self._index(as_of).stab(_us(valid_at))
+
+    def resolve(self, valid_at: datetime, as_of: datetime | None = None) -> Resolution:
+        ids = self.eligible(valid_at, as_of)
+        if not ids:
+            return Resolution("unknown")
+        chosen = set(ids)
+        edges: list[tuple[str, str]] = []
+        for vid in ids:
+            for pair in self.conflicts_of.get(vid, ()):
+                if pair[0] in chosen and pair[1] in chosen and pair not in edges:
+                    edges.append(pair)
+        live_edges = [p for p in edges if p in set(self.open_conflicts(as_of))] if edges else []
+        values = {self.versions[v].value_json for v in ids}
+        if live_edges or len(values) > 1:
+            pairs = live_edges or [
+                _pair(a, b)
+                for i, a in enumerate(ids)
+                for b in ids[i + 1 :]
+                if self.versions[a].value_json != self.versions[b].value_json
+            ]
+            return Resolution("conflict", None, tuple(ids), tuple(sorted(set(pairs))))
+        return Resolution("value", self.versions[ids[0]].value, tuple(ids))
+
+    def history(self, as_of: datetime | None = None) -> list[HistoryEntry]:
+        entries = []
+        for version in self.known_versions(as_of):
+            vid = version.id
+            closings = self.live_closings(vid, as_of)
+            rev = self.revoked.get(vid) if self.is_revoked(vid, as_of) else None
+            entries.append(
+                HistoryEntry(
+                    version=version,
+                    lifecycle=self.lifecycle(vid, as_of),
+                    effective=self.effective(vid, as_of),
+                    superseded_at=min((c.recorded_at for c in closings), default=None),
+                    replaced_by=tuple(n for c in closings for n in c.new_ids),
+                    revoked_at=None if rev is None else rev[0],
+                    revoke_reason=None if rev is None else rev[1],
+                )
+            )
+        entries.sort(key=lambda e: (_start_us(e.version), e.version.recorded_at, e.version.id))
+        return entries
+
+    def summary(self) -> KeySummary:
+        """The per-key figures reconcile compares; independent of the wall clock."""
+        live = []
+        open_intervals = 0
+        for vid in sorted(self.versions):
+            life = self.lifecycle(vid)
+            if life not in (Lifecycle.ACTIVE, Lifecycle.SUPERSEDED):
+                continue
+            eff = self.effective(vid)
+            if eff is None:
+                continue
+            if eff.end is None:
+                open_intervals += 1
+            if life is Lifecycle.ACTIVE:
+                live.append(vid)
+        values = [[vid, self.versions[vid].value_json] for vid in live]
+        return KeySummary(
+            value_hash=digest(canonical_json(values)),
+            version_ids=tuple(live),
+            open_conflicts=len(self.open_conflicts()),
+            open_intervals=open_intervals,
+        )
+
+    def digest_parts(self) -> dict[str, Any]:
+        """The canonical content of this key's state for `state_hash` (no sequence numbers)."""
+        versions = []
+        for vid in sorted(self.versions):
+            eff = self.effective(vid)
+            versions.append(
+                [vid, self.lifecycle(vid).value, None if eff is None else eff.to_json()]
+            )
+        return {
+            "key": self.key.to_json(),
+            "versions": versions,
+            "open_conflicts": [list(p) for p in self.open_conflicts()],
+            "decisions": sorted(digest(canonical_json(dict(b))) for _, b in self.decisions),
+            "policies": sorted(digest(canonical_json(dict(b))) for _, b in self.policies),
+        }
+
+
+def _pair(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a <= b else (b, a)
+
+
+def _start_us(version: FactVersion) -> int:
+    return _MIN if version.valid.start is None else _us(version.valid.start)
+
+
+class Snapshot:
+    """The fold of a set of events: per-key states plus the version → key index."""
+
+    __slots__ = ("keys", "seen", "version_key", "watermark")
+
+    def __init__(self) -> None:
+        self.keys: dict[FactKey, KeyState] = {}
+        self.version_key: dict[str, FactKey] = {}
+        self.seen: set[str] = set()
+        self.watermark = 0
+
+    def apply(self, event: Event) -> bool:
+        """Fold one event; False for a duplicate (already seen) event."""
+        if event.event_id in self.seen:
+            return False
+        self.seen.add(event.event_id)
+        state = self.keys.get(event.key)
+        if state is None:
+            state = self.keys[event.key] = KeyState(event.key)
+        state.apply(event)
+        if event.kind is EventKind.ASSERT:
+            self.version_key[event.version_ids[0]] = event.key
+        if event.seq > self.watermark:
+            self.watermark = event.seq
+        return True
+
+    def state(self, key: FactKey) -> KeyState | None:
+        return self.keys.get(key)
+
+    def version(self, vid: str) -> FactVersion | None:
+        key = self.version_key.get(vid)
+        return None if key is None else self.keys[key].versions[vid]
+
+    def state_hash(self) -> str:
+        """A hash of the belief state, independent of delivery order and sequence numbers."""
+        parts = [self.keys[k].digest_parts() for k in sorted(self.keys)]
+        return digest(canonical_json(parts), 64)
+
+    def summaries(self) -> dict[FactKey, KeySummary]:
+        return {k: s.summary() for k, s in self.keys.items()}
+
+
+def replay(events: Iterable[Event], cutoff: datetime | None = None) -> Snapshot:
+    """Fold events (any order, duplicates allowed) recorded at or before `cutoff`."""
+    snapshot = Snapshot()
+    ordered = sorted(events, key=_seq_of)
+    for event in ordered:
+        if cutoff is not None and event.recorded_at > cutoff:
+            continue
+        snapshot.apply(event)
+    return snapshot
+
+
+def _seq_of(event: Event) -> int:
+    return event.seq

@@ -1,0 +1,77 @@
+"""The protocol every backend implements, and the URL dispatcher.
+
+A backend stores events (append-only) and the durable current-state projection (per-key
+summaries plus a watermark). The Memory facade does all the semantics; a backend only has
+to keep what it is given, atomically, and hand it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from toki.errors import StoreError
+from toki.log import Event
+from toki.model import FactKey
+from toki.replay import KeySummary
+
+__all__ = ["EventStore", "open_store"]
+
+
+class EventStore(Protocol):
+    """Durable home of the event log and the projection."""
+
+    url: str
+
+    def write_lock(self) -> AbstractContextManager[None]:
+        """Hold the single-writer lock: events appended inside are committed atomically."""
+        ...
+
+    def append(
+        self,
+        events: Sequence[Event],
+        summaries: Mapping[FactKey, KeySummary],
+        watermark: int,
+        *,
+        replace: bool = False,
+    ) -> None:
+        """Append events and upsert the projection rows (replace: all of them), atomically."""
+        ...
+
+    def load(self, after_seq: int = 0) -> Iterator[Event]:
+        """Events with seq > after_seq, in sequence order."""
+        ...
+
+    def last_seq(self) -> int: ...
+
+    def load_projection(self) -> tuple[int, dict[FactKey, KeySummary]]:
+        """The stored projection: (watermark, per-key summaries)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def open_store(url: str) -> EventStore:
+    """'memory://', 'sqlite:///path.db' or 'postgresql://…' → a backend."""
+    if url in ("memory://", "memory", ":memory:"):
+        from toki.store.memory import InMemoryStore
+
+        return InMemoryStore()
+    if url.startswith("sqlite://"):
+        from toki.store.sqlite import SQLiteStore
+
+        path = url[len("sqlite://") :]
+        if path.startswith("/"):
+            path = path[1:] if path.startswith("//") else path
+        return SQLiteStore(path or ":memory:")
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from toki.store.postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as exc:  # pragma: no cover - until the backend lands
+            raise StoreError(f"url: the PostgreSQL backend is not available ({exc})") from exc
+        store: EventStore = PostgresStore(url)
+        return store
+    raise StoreError(
+        f"url: cannot open {url!r} (use 'memory://', 'sqlite:///path.db' or 'postgresql://…')"
+    )

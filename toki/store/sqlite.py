@@ -1,0 +1,201 @@
+"""SQLite backend: one file, one writer, WAL, an event table that triggers keep append-only.
+
+Events and the projection rows they change are written in one transaction (BEGIN IMMEDIATE
+holds the single-writer lock across read-validate-append), so a process killed mid-write
+leaves either the whole change or none of it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+
+from toki.canonical import canonical_json
+from toki.errors import IntegrityError, StoreError
+from toki.log import Event, event_from_record
+from toki.model import FactKey
+from toki.replay import KeySummary
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS toki_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS toki_event (
+    seq          INTEGER PRIMARY KEY,
+    key_seq      INTEGER NOT NULL,
+    kind         TEXT NOT NULL,
+    fact_key     TEXT NOT NULL,
+    recorded_at  TEXT NOT NULL,
+    payload      TEXT NOT NULL,
+    payload_hash TEXT NOT NULL,
+    event_id     TEXT NOT NULL UNIQUE,
+    UNIQUE (fact_key, key_seq)
+);
+CREATE INDEX IF NOT EXISTS toki_event_recorded ON toki_event (recorded_at);
+CREATE TRIGGER IF NOT EXISTS toki_event_no_update BEFORE UPDATE ON toki_event
+BEGIN SELECT RAISE(ABORT, 'toki_event is append-only: UPDATE is not allowed'); END;
+CREATE TRIGGER IF NOT EXISTS toki_event_no_delete BEFORE DELETE ON toki_event
+BEGIN SELECT RAISE(ABORT, 'toki_event is append-only: DELETE is not allowed'); END;
+CREATE TABLE IF NOT EXISTS toki_current (
+    fact_key       TEXT PRIMARY KEY,
+    value_hash     TEXT NOT NULL,
+    version_ids    TEXT NOT NULL,
+    open_conflicts INTEGER NOT NULL,
+    open_intervals INTEGER NOT NULL
+);
+"""
+
+
+class SQLiteStore:
+    """Durable events and projection in one SQLite file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self.url = f"sqlite:///{self.path}"
+        try:
+            self._conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"url: cannot open SQLite file {self.path!r}: {exc}") from exc
+        self._lock = threading.RLock()
+        self._depth = 0
+        conn = self._conn
+        if self.path != ":memory:":
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.executescript(_SCHEMA)
+        row = conn.execute("SELECT value FROM toki_meta WHERE name='schema_version'").fetchone()
+        if row is None:
+            conn.execute(
+                "INSERT OR IGNORE INTO toki_meta VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+            conn.execute("INSERT OR IGNORE INTO toki_meta VALUES ('watermark', '0')")
+        elif int(row[0]) > SCHEMA_VERSION:
+            raise StoreError(
+                f"url: {self.path} has schema version {row[0]}, newer than this toki "
+                f"({SCHEMA_VERSION}); upgrade toki"
+            )
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._lock:
+            outermost = self._depth == 0
+            if outermost:
+                self._conn.execute("BEGIN IMMEDIATE")
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                self._depth -= 1
+                if outermost:
+                    self._conn.execute("ROLLBACK")
+                raise
+            self._depth -= 1
+            if outermost:
+                self._conn.execute("COMMIT")
+
+    def write_lock(self) -> AbstractContextManager[None]:
+        return self._locked()
+
+    def append(
+        self,
+        events: Sequence[Event],
+        summaries: Mapping[FactKey, KeySummary],
+        watermark: int,
+        *,
+        replace: bool = False,
+    ) -> None:
+        with self._locked():
+            self._conn.executemany(
+                "INSERT INTO toki_event VALUES (?,?,?,?,?,?,?,?)",
+                [
+                    (
+                        e.seq,
+                        e.key_seq,
+                        e.kind.value,
+                        _key_text(e.key),
+                        e.body["_recorded_at"],
+                        e.payload,
+                        e.payload_hash,
+                        e.event_id,
+                    )
+                    for e in events
+                ],
+            )
+            if replace:
+                self._conn.execute("DELETE FROM toki_current")
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO toki_current VALUES (?,?,?,?,?)",
+                [
+                    (
+                        _key_text(k),
+                        s.value_hash,
+                        json.dumps(list(s.version_ids)),
+                        s.open_conflicts,
+                        s.open_intervals,
+                    )
+                    for k, s in summaries.items()
+                ],
+            )
+            self._conn.execute(
+                "UPDATE toki_meta SET value=? WHERE name='watermark'", (str(watermark),)
+            )
+
+    def load(self, after_seq: int = 0) -> Iterator[Event]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT seq, key_seq, kind, payload, payload_hash, event_id FROM toki_event "
+                "WHERE seq > ? ORDER BY seq",
+                (after_seq,),
+            ).fetchall()
+        for seq, key_seq, kind, payload, payload_hash, event_id in rows:
+            try:
+                yield event_from_record(
+                    {
+                        "seq": seq,
+                        "key_seq": key_seq,
+                        "kind": kind,
+                        "payload": payload,
+                        "payload_hash": payload_hash,
+                        "event_id": event_id,
+                    }
+                )
+            except (KeyError, ValueError) as exc:
+                raise IntegrityError(f"{self.path}: event seq {seq} is unreadable: {exc}") from exc
+
+    def last_seq(self) -> int:
+        with self._lock:
+            row = self._conn.execute("SELECT coalesce(max(seq), 0) FROM toki_event").fetchone()
+        return int(row[0])
+
+    def load_projection(self) -> tuple[int, dict[FactKey, KeySummary]]:
+        with self._lock:
+            wm = self._conn.execute("SELECT value FROM toki_meta WHERE name='watermark'").fetchone()
+            rows = self._conn.execute("SELECT * FROM toki_current").fetchall()
+        out = {}
+        for key_text, value_hash, version_ids, conflicts, intervals in rows:
+            key = FactKey.from_json(json.loads(key_text))
+            out[key] = KeySummary(value_hash, tuple(json.loads(version_ids)), conflicts, intervals)
+        return int(wm[0]) if wm else 0, out
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        """Run raw SQL (tests use it to prove the triggers hold and to corrupt projections)."""
+        with self._lock:
+            return list(self._conn.execute(sql, params).fetchall())
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _key_text(key: FactKey) -> str:
+    return canonical_json(key.to_json())

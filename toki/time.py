@@ -1,0 +1,175 @@
+"""Instants and half-open valid-time intervals whose bounds remember where they came from.
+
+Every instant is timezone-aware UTC; output is RFC 3339 with `Z`. The store never invents
+precision: a bound the source did not state is UNKNOWN (or ASSUMED when we defaulted it,
+e.g. to the recording time), and the rendering says so.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from toki.errors import InvalidInterval, InvalidTime
+
+__all__ = [
+    "BoundSource",
+    "Interval",
+    "TimeLike",
+    "format_instant",
+    "parse_instant",
+    "render_instant",
+]
+
+TimeLike = str | datetime
+
+
+class BoundSource(enum.Enum):
+    """Where an interval bound came from."""
+
+    EVIDENCE = "evidence"  # the source stated it
+    ASSUMED = "assumed"  # defaulted (e.g. to the recording time) because the source gave none
+    UNKNOWN = "unknown"  # nobody knows; the bound is open in that direction
+
+
+def parse_instant(value: object, field: str = "time") -> datetime:
+    """Parse an RFC 3339 string or an aware datetime into an aware UTC datetime.
+
+    Naive datetimes are refused rather than guessed: a wrong time zone silently shifts every
+    as-of answer.
+    """
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+            raise InvalidTime(
+                field,
+                f"naive datetime {value.isoformat()} has no time zone",
+                "pass an aware datetime, e.g. datetime(..., tzinfo=timezone.utc), or an RFC 3339 "
+                "string ending in Z or an offset",
+            )
+        return value.astimezone(UTC)
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            raise InvalidTime(field, "empty time string", "use RFC 3339, e.g. 2026-07-03T00:00:00Z")
+        if text[-1] in "zZ":
+            text = text[:-1] + "+00:00"
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            raise InvalidTime(
+                field, f"cannot parse {value!r}", "use RFC 3339, e.g. 2026-07-03T00:00:00Z"
+            ) from None
+        if parsed.tzinfo is None:
+            raise InvalidTime(
+                field,
+                f"{value!r} has no time zone",
+                "append Z (UTC) or an offset such as +02:00",
+            )
+        return parsed.astimezone(UTC)
+    raise InvalidTime(
+        field, f"expected an RFC 3339 string or aware datetime, got {type(value).__name__}"
+    )
+
+
+def format_instant(at: datetime) -> str:
+    """RFC 3339 UTC with `Z`, microseconds only when present (canonical: one text per instant)."""
+    at = at.astimezone(UTC)
+    if at.microsecond:
+        return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def render_instant(at: datetime | None, source: BoundSource) -> str:
+    """Human text for one bound, never a bare timestamp without its provenance."""
+    if at is None:
+        return "unknown" if source is BoundSource.UNKNOWN else "unbounded"
+    text = format_instant(at)
+    if source is BoundSource.ASSUMED:
+        return f"{text} (assumed)"
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A half-open valid-time interval [start, end); None means open in that direction.
+
+    `start_source`/`end_source` record whether each bound was stated by evidence, assumed,
+    or is unknown. An open bound with UNKNOWN source means "we do not know", which containment
+    treats as open (the fact may have held) while rendering says "unknown".
+    """
+
+    start: datetime | None
+    end: datetime | None
+    start_source: BoundSource = BoundSource.EVIDENCE
+    end_source: BoundSource = BoundSource.UNKNOWN
+
+    def __post_init__(self) -> None:
+        if self.start is not None and self.end is not None and self.end <= self.start:
+            raise InvalidInterval(
+                "valid_to",
+                f"end {format_instant(self.end)} is not after start {format_instant(self.start)}",
+                "intervals are half-open [valid_from, valid_to): valid_to must be later",
+            )
+        if self.start is None and self.start_source is BoundSource.EVIDENCE:
+            object.__setattr__(self, "start_source", BoundSource.UNKNOWN)
+        if self.end is None and self.end_source is BoundSource.EVIDENCE:
+            object.__setattr__(self, "end_source", BoundSource.UNKNOWN)
+
+    @classmethod
+    def make(
+        cls,
+        valid_from: TimeLike | None,
+        valid_to: TimeLike | None = None,
+        *,
+        from_source: BoundSource | None = None,
+        to_source: BoundSource | None = None,
+    ) -> Interval:
+        """Build from user input: None bounds are UNKNOWN unless a source says otherwise."""
+        start = None if valid_from is None else parse_instant(valid_from, "valid_from")
+        end = None if valid_to is None else parse_instant(valid_to, "valid_to")
+        s_src = from_source or (BoundSource.UNKNOWN if start is None else BoundSource.EVIDENCE)
+        e_src = to_source or (BoundSource.UNKNOWN if end is None else BoundSource.EVIDENCE)
+        return cls(start, end, s_src, e_src)
+
+    def contains(self, at: datetime) -> bool:
+        """Whether instant `at` lies in [start, end)."""
+        return (self.start is None or self.start <= at) and (self.end is None or at < self.end)
+
+    def overlaps(self, other: Interval) -> bool:
+        """Whether the two half-open intervals share an instant ([a,b) and [b,c) do not)."""
+        if self.end is not None and other.start is not None and self.end <= other.start:
+            return False
+        return not (other.end is not None and self.start is not None and other.end <= self.start)
+
+    def clip_end(self, at: datetime, source: BoundSource = BoundSource.EVIDENCE) -> Interval | None:
+        """This interval ending no later than `at`; None when nothing of it remains."""
+        if self.end is not None and self.end <= at:
+            return self
+        if self.start is not None and at <= self.start:
+            return None
+        return Interval(self.start, at, self.start_source, source)
+
+    def to_json(self) -> dict[str, str | None]:
+        return {
+            "start": None if self.start is None else format_instant(self.start),
+            "end": None if self.end is None else format_instant(self.end),
+            "start_source": self.start_source.value,
+            "end_source": self.end_source.value,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, str | None]) -> Interval:
+        start = data.get("start")
+        end = data.get("end")
+        return cls(
+            None if start is None else parse_instant(start, "valid.start"),
+            None if end is None else parse_instant(end, "valid.end"),
+            BoundSource(data.get("start_source") or "evidence"),
+            BoundSource(data.get("end_source") or "unknown"),
+        )
+
+    def render(self) -> str:
+        """'valid from X to Y' with each bound's meaning spelled out."""
+        end = "open" if self.end is None else render_instant(self.end, self.end_source)
+        return f"valid from {render_instant(self.start, self.start_source)} to {end}"
