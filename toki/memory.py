@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from toki.canonical import canonical_json, check_json
 from toki.errors import InvalidInput, InvalidInterval, InvalidTime, LifecycleError, UnknownVersion
 from toki.log import Event, EventKind, EventLog
 from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution, Scope
@@ -177,6 +178,7 @@ class Memory:
             raise InvalidInput("key", f"expected a FactKey, got {type(key).__name__}")
         if not isinstance(source_id, str) or not source_id.strip():
             raise InvalidInput("source_id", "must be a non-empty string", "name the message/doc")
+        check_json(value)
         return FactVersion(
             key=key,
             value=value,
@@ -401,8 +403,6 @@ class Memory:
         at = parse_instant(valid_at, "valid_at")
         state = self._state(key)
         ids = [] if state is None else state.eligible(at)
-        from toki.canonical import canonical_json
-
         wanted = canonical_json(value)
         targets = [v for v in ids if state is not None and state.versions[v].value_json == wanted]
         if not targets:

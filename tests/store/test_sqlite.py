@@ -1,0 +1,152 @@
+"""SQLite: append-only by trigger, durable across a real kill, reconciled on reopen."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from toki import FactKey, Memory
+from toki.store.sqlite import SQLiteStore
+
+K = FactKey(tenant="t1", subject="u1", fact_key="city")
+
+
+def _fill(mem: Memory) -> None:
+    a = mem.assert_fact(
+        K,
+        "Lisbon",
+        valid_from="2026-01-01T00:00:00Z",
+        recorded_at="2026-02-01T00:00:00Z",
+        source_id="m1",
+    )
+    mem.supersede(
+        a,
+        "Berlin",
+        valid_from="2026-07-03T00:00:00Z",
+        recorded_at="2026-08-12T00:00:00Z",
+        source_id="m2",
+    )
+    mem.assert_fact(
+        K,
+        "Rome",
+        valid_from="2026-07-03T00:00:00Z",
+        recorded_at="2026-08-13T00:00:00Z",
+        source_id="m3",
+    )
+
+
+def test_event_table_rejects_update_and_delete(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with Memory.open(url) as mem:
+        _fill(mem)
+    conn = sqlite3.connect(tmp_path / "a.db")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("UPDATE toki_event SET payload='{}' WHERE seq=1")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("DELETE FROM toki_event WHERE seq=1")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+def test_reopen_gives_the_same_state_and_a_clean_reconcile(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with Memory.open(url) as mem:
+        _fill(mem)
+        expected = (mem.state_hash(), mem.events(), mem.current(K))
+    with Memory.open(url) as again:
+        assert again.open_report is not None and again.open_report.ok
+        assert (again.state_hash(), again.events(), again.current(K)) == expected
+
+
+def test_reopen_detects_and_rebuilds_a_corrupted_projection(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    with Memory.open(f"sqlite:///{path}") as mem:
+        _fill(mem)
+        other = FactKey(tenant="t1", subject="u2", fact_key="city")
+        mem.assert_fact(other, "Oslo", recorded_at="2026-02-01T00:00:00Z", source_id="m9")
+    # one user's preference goes wrong; the total row count stays the same
+    store = SQLiteStore(path)
+    store.execute("UPDATE toki_current SET version_ids='[]' WHERE fact_key LIKE '%u2%'")
+    store.close()
+    with Memory.open(f"sqlite:///{path}") as mem:
+        report = mem.open_report
+        assert report is not None and not report.ok
+        assert [d.key.subject for d in report.differences] == ["u2"]
+        assert "version_ids" in report.differences[0].fields
+        assert mem.reconcile().ok  # rebuilt from the log on open
+
+
+def test_a_second_process_makes_the_first_stale_until_it_catches_up(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    reader = Memory.open(url)
+    writer = Memory.open(url)
+    writer.assert_fact(K, "Lisbon", recorded_at="2026-02-01T00:00:00Z", source_id="m1")
+    assert reader.current(K, catch_up=False).kind == "stale"  # never a wrong value
+    assert reader.current(K).value == "Lisbon"
+    # the writer sees the reader's writes before validating its own
+    v = reader.assert_fact(K, "Lisbon", recorded_at="2026-02-01T00:00:00Z", source_id="m1")
+    assert len(reader.events()) == 1  # duplicate recognised across processes
+    writer.revoke(v, recorded_at="2026-03-01T00:00:00Z", reason="x")
+    assert reader.current(K).kind == "unknown"
+    reader.close()
+    writer.close()
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from toki import FactKey, Memory
+    mem = Memory.open(sys.argv[1])
+    i = 0
+    print("ready", flush=True)
+    while True:
+        key = FactKey(tenant="t", subject=f"u{i % 7}", fact_key="city")
+        mem.assert_fact(key, f"city-{i}", valid_from="2026-01-01T00:00:00Z",
+                        recorded_at="2026-02-01T00:00:00Z", source_id=f"m{i}")
+        i += 1
+    """
+)
+
+
+@pytest.mark.slow
+def test_killed_writer_loses_nothing_committed_and_leaves_no_half_event(tmp_path: Path) -> None:
+    path = tmp_path / "kill.db"
+    url = f"sqlite:///{path}"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, url],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"ready"
+    deadline = time.monotonic() + 30
+    store = SQLiteStore(path)
+    while store.last_seq() < 300 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    committed_before_kill = store.last_seq()
+    store.close()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert committed_before_kill >= 300
+    with Memory.open(url) as mem:
+        events = mem.events()
+        assert len(events) >= committed_before_kill
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        for e in events:
+            e.verify()
+        # every conflict event has its ASSERT: no change was half written
+        asserted = {e.version_ids[0] for e in events if e.kind.value == "ASSERT"}
+        for e in events:
+            if e.kind.value == "CONFLICT_OPEN":
+                assert set(e.version_ids) <= asserted
+        assert mem.reconcile().ok
+        assert json.loads(events[-1].payload)["_key"]["tenant"] == "t"

@@ -1,0 +1,251 @@
+"""Laws of the log: replay equals the live state, in any delivery order, at any cutoff."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    invariant,
+    precondition,
+    rule,
+)
+
+from toki import FactKey, FactVersion, Memory
+from toki.errors import TokiError
+from toki.log import Event
+from toki.replay import replay
+
+BASE = datetime(2026, 1, 1, tzinfo=UTC)
+KEYS = [FactKey("t", "u1", "city"), FactKey("t", "u2", "city")]
+VALUES = ["Lisbon", "Berlin", "Prague"]
+
+
+def day(n: int) -> datetime:
+    return BASE + timedelta(days=n)
+
+
+def scripted_memory(seed: int, steps: int = 25) -> Memory:
+    """A memory built by a seeded random script of valid operations."""
+    rng = random.Random(seed)
+    mem = Memory(clock=lambda: day(400))
+    versions: list[FactVersion] = []
+    clock = 0
+    for _ in range(steps):
+        clock += rng.randint(0, 3)
+        op = rng.random()
+        try:
+            if op < 0.45 or not versions:
+                start = rng.randint(0, 60)
+                end = start + rng.randint(1, 60) if rng.random() < 0.3 else None
+                versions.append(
+                    mem.assert_fact(
+                        rng.choice(KEYS),
+                        rng.choice(VALUES),
+                        valid_from=day(start),
+                        valid_to=None if end is None else day(end),
+                        recorded_at=day(clock - rng.randint(0, 2)),
+                        source_id=f"s{rng.randint(0, 4)}",
+                    )
+                )
+            elif op < 0.7:
+                old = rng.choice(versions)
+                start = (old.valid.start or BASE) + timedelta(days=rng.randint(0, 40))
+                versions.append(
+                    mem.supersede(
+                        old,
+                        rng.choice(VALUES),
+                        valid_from=start,
+                        recorded_at=day(clock),
+                        source_id="sup",
+                    )
+                )
+            elif op < 0.85:
+                mem.revoke(rng.choice(versions), recorded_at=day(clock), reason="wrong")
+            else:
+                start = rng.randint(0, 80)
+                versions.append(
+                    mem.insert_segment(
+                        rng.choice(KEYS),
+                        rng.choice(VALUES),
+                        valid_from=day(start),
+                        valid_to=day(start + rng.randint(1, 20)),
+                        recorded_at=day(clock),
+                        source_id="seg",
+                    )
+                )
+        except TokiError:
+            pass  # refused operations are covered by test_bad_input
+    return mem
+
+
+@settings(max_examples=60)
+@given(seed=st.integers(0, 10**6), data=st.data())
+def test_any_delivery_order_with_duplicates_gives_the_same_state(
+    seed: int, data: st.DataObject
+) -> None:
+    mem = scripted_memory(seed)
+    events = list(mem.events())
+    shuffled = data.draw(st.permutations(events), label="delivery order")
+    dupes = (
+        data.draw(st.lists(st.sampled_from(events), max_size=10), label="duplicates")
+        if events
+        else []
+    )
+    delivered = shuffled + dupes
+    data.draw(st.randoms()).shuffle(delivered)
+    assert replay(delivered).state_hash() == mem.state_hash()
+    assert Memory.replay(delivered).state_hash() == mem.state_hash()
+
+
+@settings(max_examples=40)
+@given(seed=st.integers(0, 10**6), as_of_day=st.integers(-1, 80), valid_day=st.integers(-5, 150))
+def test_as_of_answers_equal_a_replay_cut_at_that_time(
+    seed: int, as_of_day: int, valid_day: int
+) -> None:
+    mem = scripted_memory(seed)
+    cut = Memory.replay(mem.events(), system_as_of=day(as_of_day))
+    for key in KEYS:
+        assert cut.resolve_at(key, day(valid_day)) == mem.resolve_at(
+            key, day(valid_day), day(as_of_day)
+        )
+        assert [h.version.id for h in cut.history(key)] == [
+            h.version.id for h in mem.history(key, day(as_of_day))
+        ]
+        assert [h.lifecycle for h in cut.history(key)] == [
+            h.lifecycle for h in mem.history(key, day(as_of_day))
+        ]
+
+
+def test_state_hash_distinguishes_different_states() -> None:
+    # guard against a hash that ignores what it should cover
+    a = scripted_memory(1)
+    b = Memory.replay(a.events())
+    assert a.state_hash() == b.state_hash()
+    victim = next(h.version for k in KEYS for h in a.history(k))
+    a.revoke(victim, recorded_at=day(500), reason="x")
+    assert a.state_hash() != b.state_hash()
+
+
+class MemoryMachine(RuleBasedStateMachine):
+    """Random operation sequences; after every step: replay == live, reconcile clean,
+    no logged event ever changed."""
+
+    versions = Bundle("versions")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mem = Memory(clock=lambda: day(500))
+        self.clock = 0
+        self.frozen: list[tuple[int, str, str, str]] = []
+
+    def _guarded(self, action):  # type: ignore[no-untyped-def]
+        before = (len(self.mem.events()), self.mem.state_hash())
+        try:
+            return action()
+        except TokiError as exc:
+            note(f"refused: {exc}")
+            assert (len(self.mem.events()), self.mem.state_hash()) == before
+            return None
+
+    @rule(
+        target=versions,
+        key=st.sampled_from(KEYS),
+        value=st.sampled_from(VALUES),
+        start=st.integers(0, 60),
+        length=st.none() | st.integers(1, 40),
+        lag=st.integers(0, 3),
+        tick=st.integers(0, 3),
+    )
+    def assert_fact(self, key, value, start, length, lag, tick):  # type: ignore[no-untyped-def]
+        self.clock += tick
+        return self._guarded(
+            lambda: self.mem.assert_fact(
+                key,
+                value,
+                valid_from=day(start),
+                valid_to=None if length is None else day(start + length),
+                recorded_at=day(self.clock - lag),
+                source_id="m",
+            )
+        )
+
+    @rule(
+        target=versions,
+        old=versions,
+        value=st.sampled_from(VALUES),
+        delta=st.integers(-5, 40),
+        tick=st.integers(0, 3),
+    )
+    def supersede(self, old, value, delta, tick):  # type: ignore[no-untyped-def]
+        if old is None:
+            return None
+        self.clock += tick
+        start = (old.valid.start or BASE) + timedelta(days=delta)
+        return self._guarded(
+            lambda: self.mem.supersede(
+                old, value, valid_from=start, recorded_at=day(self.clock), source_id="sup"
+            )
+        )
+
+    @rule(victim=consumes(versions), tick=st.integers(0, 3))
+    def revoke(self, victim, tick):  # type: ignore[no-untyped-def]
+        if victim is None:
+            return
+        self.clock += tick
+        self._guarded(lambda: self.mem.revoke(victim, recorded_at=day(self.clock), reason="r"))
+
+    @rule(
+        target=versions,
+        key=st.sampled_from(KEYS),
+        value=st.sampled_from(VALUES),
+        start=st.integers(0, 80),
+        length=st.integers(1, 20),
+        tick=st.integers(0, 3),
+    )
+    def segment(self, key, value, start, length, tick):  # type: ignore[no-untyped-def]
+        self.clock += tick
+        return self._guarded(
+            lambda: self.mem.insert_segment(
+                key,
+                value,
+                valid_from=day(start),
+                valid_to=day(start + length),
+                recorded_at=day(self.clock),
+                source_id="seg",
+            )
+        )
+
+    @precondition(lambda self: len(self.mem.events()) > 0)
+    @rule()
+    def redeliver_everything(self) -> None:
+        again = Memory.replay(list(self.mem.events()) + list(reversed(self.mem.events())))
+        assert again.state_hash() == self.mem.state_hash()
+
+    @invariant()
+    def replay_equals_live(self) -> None:
+        assert replay(self.mem.events()).state_hash() == self.mem.state_hash()
+
+    @invariant()
+    def reconcile_is_clean(self) -> None:
+        report = self.mem.reconcile()
+        assert report.ok, report.describe()
+
+    @invariant()
+    def no_logged_event_changed(self) -> None:
+        events: tuple[Event, ...] = self.mem.events()
+        for i, (seq, eid, payload, digest) in enumerate(self.frozen):
+            e = events[i]
+            assert (e.seq, e.event_id, e.payload, e.payload_hash) == (seq, eid, payload, digest)
+        for e in events[len(self.frozen) :]:
+            e.verify()
+            self.frozen.append((e.seq, e.event_id, e.payload, e.payload_hash))
+
+
+MemoryMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=20)
+TestMemoryMachine = MemoryMachine.TestCase
