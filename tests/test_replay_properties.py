@@ -16,7 +16,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from toki import FactKey, FactVersion, Memory
+from toki import FactKey, FactVersion, Lifecycle, Memory
 from toki.errors import TokiError
 from toki.log import Event
 from toki.replay import replay
@@ -232,6 +232,31 @@ class MemoryMachine(RuleBasedStateMachine):
         assert replay(self.mem.events()).state_hash() == self.mem.state_hash()
 
     @invariant()
+    def incremental_indexes_match_brute_force(self) -> None:
+        snap = replay(self.mem.events())
+        for key in KEYS:
+            state = snap.state(key)
+            if state is None:
+                continue
+            live = sorted(
+                v
+                for v in state.versions
+                if state.lifecycle(v) is Lifecycle.ACTIVE and state.effective(v) is not None
+            )
+            assert state.summary().version_ids == tuple(live)
+            assert self.mem.open_conflicts(key) == state.open_conflicts()
+            for d in (0, 15, 30, 45, 60, 90, 200):
+                brute = sorted(
+                    v
+                    for v in state.versions
+                    if state.lifecycle(v) in (Lifecycle.ACTIVE, Lifecycle.SUPERSEDED)
+                    and (eff := state.effective(v)) is not None
+                    and eff.contains(day(d))
+                )
+                assert sorted(state.eligible(day(d))) == brute
+                assert sorted(state.eligible(day(d), day(10**4))) == brute
+
+    @invariant()
     def reconcile_is_clean(self) -> None:
         report = self.mem.reconcile()
         assert report.ok, report.describe()
@@ -247,5 +272,5 @@ class MemoryMachine(RuleBasedStateMachine):
             self.frozen.append((e.seq, e.event_id, e.payload, e.payload_hash))
 
 
-MemoryMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=20)
+MemoryMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=25)
 TestMemoryMachine = MemoryMachine.TestCase

@@ -213,13 +213,11 @@ class Memory:
         state = self._state(version.key)
         if state is None:
             return
-        for other in state.versions.values():
+        for other_id in state.overlapping(version.valid):
+            other = state.versions[other_id]
             if other.id in exclude or other.id == version.supersedes:
                 continue
-            if other.value_json == version.value_json or state.is_revoked(other.id):
-                continue
-            eff = state.effective(other.id)
-            if eff is None or not eff.overlaps(version.valid):
+            if other.value_json == version.value_json:
                 continue
             left, right = sorted((other.id, version.id))
             pending.append(

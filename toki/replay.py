@@ -18,7 +18,7 @@ Semantics (DESIGN §2):
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -36,6 +36,7 @@ _US = timedelta(microseconds=1)
 _MIN = -(2**62)
 _MAX = 2**62
 _INDEX_CACHE = 16
+_SHORT_SUFFIX = 32
 
 
 def _us(at: datetime) -> int:
@@ -121,6 +122,12 @@ class KeyState:
     policies: list[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
     last_key_seq: int = 0
     times: list[datetime] = field(default_factory=list)
+    # The latest epoch, maintained incrementally so that writes on a hot key stay O(log n):
+    standing: dict[str, tuple[int, int]] = field(default_factory=dict)  # eff bounds, µs
+    by_end: list[tuple[int, str]] = field(default_factory=list)  # standing, sorted by end
+    active: set[str] = field(default_factory=set)
+    proposed_pending: set[str] = field(default_factory=set)
+    closed_by: dict[str, set[str]] = field(default_factory=dict)  # new id -> old ids
     _indexes: dict[int, _Index] = field(default_factory=dict)
 
     # -- folding ---------------------------------------------------------------------------
@@ -129,11 +136,13 @@ class KeyState:
         kind = event.kind
         body = event.body
         at = event.recorded_at
+        touched: tuple[str, ...] = ()
         if kind is EventKind.ASSERT:
             version = event.version or FactVersion.from_payload(body["version"])
             self.versions[version.id] = version
             if body.get("proposed"):
                 self.proposed.add(version.id)
+            touched = (version.id,)
         elif kind is EventKind.SUPERSEDE:
             closes = body.get("closes_at")
             closing = Closing(
@@ -141,11 +150,18 @@ class KeyState:
                 None if closes is None else parse_instant(closes, "closes_at"),
                 at,
             )
-            self.closings.setdefault(body["old"], []).append(closing)
+            old = body["old"]
+            self.closings.setdefault(old, []).append(closing)
+            for new in closing.new_ids:
+                self.closed_by.setdefault(new, set()).add(old)
+            touched = (old,)
         elif kind is EventKind.REVOKE:
-            self.revoked[body["version"]] = (at, str(body.get("reason", "")))
+            vid = body["version"]
+            self.revoked[vid] = (at, str(body.get("reason", "")))
+            touched = (vid, *sorted(self.closed_by.get(vid, ())))
         elif kind is EventKind.CONFIRM:
             self.confirmed[body["version"]] = at
+            touched = (body["version"],)
         elif kind is EventKind.CONFLICT_OPEN:
             pair = _pair(body["left"], body["right"])
             self.conflicts_opened[pair] = at
@@ -158,12 +174,52 @@ class KeyState:
             self.decisions.append((at, body))
         elif kind is EventKind.POLICY:
             self.policies.append((at, body))
+        for vid in touched:
+            self._refresh(vid)
         self.last_key_seq = max(self.last_key_seq, event.key_seq)
         if not self.times or at >= self.times[-1]:
+            self._indexes.pop(len(self.times), None)  # earlier epochs are unchanged
             self.times.append(at)
-        else:
+        else:  # a late arrival shifts every later epoch
             insort(self.times, at)
-        self._indexes.clear()
+            self._indexes.clear()
+
+    def _refresh(self, vid: str) -> None:
+        """Recompute one version's place in the latest-epoch structures."""
+        old = self.standing.pop(vid, None)
+        if old is not None:
+            del self.by_end[bisect_left(self.by_end, (old[1], vid))]
+        self.active.discard(vid)
+        self.proposed_pending.discard(vid)
+        if vid not in self.versions:
+            return  # an event about a version whose ASSERT comes later in this replay
+        life = self.lifecycle(vid)
+        if life is Lifecycle.REVOKED:
+            return
+        eff = self.effective(vid)
+        if eff is None:
+            return
+        bounds = (
+            _MIN if eff.start is None else _us(eff.start),
+            _MAX if eff.end is None else _us(eff.end),
+        )
+        self.standing[vid] = bounds
+        insort(self.by_end, (bounds[1], vid))
+        if life is Lifecycle.ACTIVE:
+            self.active.add(vid)
+        elif life is Lifecycle.PROPOSED:
+            self.proposed_pending.add(vid)
+
+    def overlapping(self, valid: Interval) -> list[str]:
+        """Standing (incl. PROPOSED) versions whose effective interval overlaps `valid`, now."""
+        start = _MIN if valid.start is None else _us(valid.start)
+        end = _MAX if valid.end is None else _us(valid.end)
+        out = []
+        for i in range(bisect_right(self.by_end, (start, "\uffff")), len(self.by_end)):
+            vid = self.by_end[i][1]
+            if self.standing[vid][0] < end:
+                out.append(vid)
+        return out
 
     # -- per-version questions ---------------------------------------------------------------
 
@@ -252,7 +308,17 @@ class KeyState:
 
     def eligible(self, valid_at: datetime, as_of: datetime | None = None) -> list[str]:
         """Versions that held at `valid_at` as known at `as_of` (sorted by start)."""
-        return self._index(as_of).stab(_us(valid_at))
+        at = _us(valid_at)
+        if as_of is None or (self.times and as_of >= self.times[-1]):
+            first = bisect_right(self.by_end, (at, "\uffff"))
+            if len(self.by_end) - first <= _SHORT_SUFFIX:  # e.g. "now": only open intervals
+                hits = [
+                    (self.standing[vid][0], vid)
+                    for _, vid in self.by_end[first:]
+                    if self.standing[vid][0] <= at and vid not in self.proposed_pending
+                ]
+                return [vid for _, vid in sorted(hits)]
+        return self._index(as_of).stab(at)
 
     def resolve(self, valid_at: datetime, as_of: datetime | None = None) -> Resolution:
         ids = self.eligible(valid_at, as_of)
@@ -298,20 +364,13 @@ class KeyState:
 
     def summary(self) -> KeySummary:
         """The per-key figures reconcile compares; independent of the wall clock."""
-        live = []
-        open_intervals = 0
-        for vid in sorted(self.versions):
-            life = self.lifecycle(vid)
-            if life not in (Lifecycle.ACTIVE, Lifecycle.SUPERSEDED):
-                continue
-            eff = self.effective(vid)
-            if eff is None:
-                continue
-            if eff.end is None:
-                open_intervals += 1
-            if life is Lifecycle.ACTIVE:
-                live.append(vid)
+        live = sorted(self.active)
         values = [[vid, self.versions[vid].value_json] for vid in live]
+        open_intervals = sum(
+            1
+            for i in range(bisect_left(self.by_end, (_MAX, "")), len(self.by_end))
+            if self.by_end[i][1] not in self.proposed_pending
+        )
         return KeySummary(
             value_hash=digest(canonical_json(values)),
             version_ids=tuple(live),
