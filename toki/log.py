@@ -9,6 +9,8 @@ delivered twice is recognised and ignored.
 from __future__ import annotations
 
 import enum
+import functools
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -108,22 +110,38 @@ def event_to_record(event: Event) -> dict[str, Any]:
     }
 
 
-def event_from_record(record: Mapping[str, Any], *, verify: bool = True) -> Event:
-    """Rebuild an event from its stored record; key, time and ids come from the payload."""
-    import json
+@functools.lru_cache(maxsize=65536)
+def _key_of(tenant: str, subject: str, fact_key: str, scope_kind: str, scope_key: str) -> FactKey:
+    """Loading shares one FactKey per key instead of validating a new one per event."""
+    return FactKey(tenant, subject, fact_key, scope_kind, scope_key)
 
+
+def event_from_record(
+    record: Mapping[str, Any], *, verify: bool = True, deep: bool = False
+) -> Event:
+    """Rebuild an event from its stored record; key, time and ids come from the payload.
+
+    verify checks the payload hash and event id (cheap); deep also re-hashes the version
+    payload of an ASSERT against its id (canonical JSON of the version: slower).
+    """
     payload = str(record["payload"])
     body = json.loads(payload)
     kind = EventKind(record["kind"])
-    key = FactKey.from_json(body["_key"])
-    version = FactVersion.from_payload(body["version"]) if kind is EventKind.ASSERT else None
+    k = body["_key"]
+    key = _key_of(k["tenant"], k["subject"], k["fact_key"], k["scope_kind"], k["scope_key"])
+    version_ids = tuple(body["_version_ids"])
+    version = (
+        FactVersion.from_payload(body["version"], version_ids[0], key)
+        if kind is EventKind.ASSERT
+        else None
+    )
     event = Event(
         seq=int(record["seq"]),
         key_seq=int(record["key_seq"]),
         kind=kind,
         key=key,
         recorded_at=parse_instant(body["_recorded_at"], "recorded_at"),
-        version_ids=tuple(body["_version_ids"]),
+        version_ids=version_ids,
         payload=payload,
         payload_hash=str(record["payload_hash"]),
         event_id=str(record["event_id"]),
@@ -132,8 +150,8 @@ def event_from_record(record: Mapping[str, Any], *, verify: bool = True) -> Even
     )
     if verify:
         event.verify()
-        if version is not None and version.id != event.version_ids[0]:
-            raise IntegrityError(f"event seq {event.seq}: version id does not match its payload")
+    if deep and version is not None and version.computed_id() != version.id:
+        raise IntegrityError(f"event seq {event.seq}: version id does not match its payload")
     return event
 
 

@@ -82,12 +82,22 @@ class FactKey:
     fact_key: str
     scope_kind: str = "global"
     scope_key: str = "*"
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _need_text("tenant", self.tenant)
         _need_text("subject", self.subject)
         _need_text("fact_key", self.fact_key)
         Scope(self.scope_kind, self.scope_key)  # validates
+        # keys are hashed on every event folded: compute the hash once
+        object.__setattr__(
+            self,
+            "_hash",
+            hash((self.tenant, self.subject, self.fact_key, self.scope_kind, self.scope_key)),
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def scope(self) -> Scope:
@@ -151,7 +161,7 @@ class FactVersion:
         if not self.weight >= 0:
             raise InvalidValue("weight", f"must be >= 0, got {self.weight!r}")
         if not self.id:
-            object.__setattr__(self, "id", "v-" + digest(canonical_json(self.payload())))
+            object.__setattr__(self, "id", self.computed_id())
 
     def payload(self) -> dict[str, Any]:
         """The canonical content the id is a hash of."""
@@ -167,9 +177,12 @@ class FactVersion:
         }
 
     @classmethod
-    def from_payload(cls, data: dict[str, Any]) -> FactVersion:
+    def from_payload(
+        cls, data: dict[str, Any], version_id: str = "", key: FactKey | None = None
+    ) -> FactVersion:
+        """Rebuild from a stored payload; a known id skips re-hashing (verify it separately)."""
         return cls(
-            key=FactKey.from_json(data["key"]),
+            key=key if key is not None else FactKey.from_json(data["key"]),
             value=data["value"],
             valid=Interval.from_json(data["valid"]),
             recorded_at=parse_instant(data["recorded_at"], "recorded_at"),
@@ -177,7 +190,12 @@ class FactVersion:
             source_hash=data["source_hash"],
             supersedes=data.get("supersedes"),
             weight=data.get("weight", 1.0),
+            id=version_id,
         )
+
+    def computed_id(self) -> str:
+        """The id this version's payload hashes to (equal to `id` unless tampered with)."""
+        return "v-" + digest(canonical_json(self.payload()))
 
     @property
     def value_json(self) -> str:

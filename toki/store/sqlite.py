@@ -7,6 +7,7 @@ leaves either the whole change or none of it.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import threading
@@ -197,5 +198,6 @@ class SQLiteStore:
             self._conn.close()
 
 
+@functools.lru_cache(maxsize=65536)
 def _key_text(key: FactKey) -> str:
     return canonical_json(key.to_json())

@@ -1,0 +1,228 @@
+"""Core benchmark: append, replay and resolve_at, in memory and on SQLite.
+
+Writes benchmarks/results/core.json. Each measurement runs in a fresh subprocess so that its
+peak RSS is its own. Targets (issue "Bitemporal core"): in-memory replay ≥ 500k events/s
+(hashes not re-verified; the verified rate is reported too), resolve_at on one key with
+10^5 versions < 50 µs, SQLite batched append ≥ 50k events/s.
+
+    python -m benchmarks.bench_core            # full: 10^6 events, 10^5 versions
+    python -m benchmarks.bench_core --quick    # 10^5 events, 10^4 versions
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import random
+import resource
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import machine_info, write_results
+from toki.log import Event, EventKind, EventLog
+from toki.model import FactKey, FactVersion
+from toki.replay import Snapshot, replay
+from toki.time import BoundSource, Interval
+
+BASE = datetime(2020, 1, 1, tzinfo=UTC)
+
+
+def make_events(n: int, keys: int, seed: int = 1) -> list[Event]:
+    """A supersession chain per key: ASSERT then (SUPERSEDE + ASSERT) pairs, sequenced."""
+    rng = random.Random(seed)
+    log = EventLog()
+    last: dict[FactKey, FactVersion] = {}
+    key_list = [FactKey("bench", f"s{i}", "city") for i in range(keys)]
+    t = 0
+    while len(log) < n:
+        key = key_list[rng.randrange(keys)]
+        t += 1
+        at = BASE + timedelta(seconds=t)
+        prev = last.get(key)
+        version = FactVersion(
+            key, f"value-{t}", Interval(at, None, BoundSource.EVIDENCE, BoundSource.UNKNOWN),
+            at, f"src-{t}", f"h{t}", supersedes=None if prev is None else prev.id,
+        )
+        log.add(log.new(EventKind.ASSERT, key, at, (version.id,),
+                        {"version": version.payload(), "proposed": False}, version))
+        if prev is not None and len(log) < n:
+            log.add(log.new(EventKind.SUPERSEDE, key, at, (prev.id, version.id),
+                            {"old": prev.id, "new": [version.id],
+                             "closes_at": version.payload()["valid"]["start"]}))
+        last[key] = version
+    return list(log)
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def job_replay(n: int, keys: int) -> dict[str, Any]:
+    events = make_events(n, keys)
+    rss_before = _rss_mib()
+    secs, snap = _timed(lambda: replay(events))
+    verified_secs, _ = _timed(lambda: [e.verify() for e in events] and replay(events))
+    append_secs, _ = _timed(lambda: EventLog(events))
+    return {
+        "events": n,
+        "keys": keys,
+        "replay_seconds": secs,
+        "replay_events_per_s": n / secs,
+        "replay_verified_events_per_s": n / verified_secs,
+        "log_append_events_per_s": n / append_secs,
+        "peak_rss_mib": _rss_mib(),
+        "rss_before_replay_mib": rss_before,
+        "state_hash": snap.state_hash()[:16],
+    }
+
+
+def job_write_path(n: int) -> dict[str, Any]:
+    """Claims/s through Memory.supersede (validation, conflict check, events, projection)."""
+    from toki.memory import Memory
+
+    mem = Memory(clock=lambda: BASE)
+    key = FactKey("bench", "hot", "city")
+    prev = mem.assert_fact(key, "v0", valid_from=BASE, recorded_at=BASE, source_id="s0")
+    t0 = time.perf_counter()
+    for i in range(1, n):
+        at = BASE + timedelta(seconds=i)
+        prev = mem.supersede(prev, f"v{i}", valid_from=at, recorded_at=at, source_id=f"s{i}")
+    secs = time.perf_counter() - t0
+    return {"writes": n, "writes_per_s": (n - 1) / secs, "events": len(mem.events()),
+            "peak_rss_mib": _rss_mib()}
+
+
+def job_resolve(versions: int, queries: int = 2000) -> dict[str, Any]:
+    events = make_events(2 * versions - 1, keys=1)
+    snap: Snapshot = replay(events)
+    (state,) = snap.keys.values()
+    assert len(state.versions) == versions
+    rng = random.Random(7)
+    span = versions
+    out: dict[str, Any] = {"versions": versions, "queries": queries}
+    cases = {
+        "current": lambda: (BASE + timedelta(seconds=span + 10), None),
+        "past_valid_time": lambda: (BASE + timedelta(seconds=rng.randint(1, span)), None),
+        "past_valid_and_system_time_warm": lambda: (
+            BASE + timedelta(seconds=rng.randint(1, span // 2)),
+            BASE + timedelta(seconds=span // 2),
+        ),
+    }
+    for name, draw in cases.items():
+        args = [draw() for _ in range(queries)]
+        state.resolve(*args[0])  # builds the index for the epoch (reported separately)
+        lat = []
+        for valid_at, as_of in args:
+            t0 = time.perf_counter_ns()
+            r = state.resolve(valid_at, as_of)
+            lat.append((time.perf_counter_ns() - t0) / 1000.0)
+            assert r.kind == "value"
+        lat.sort()
+        out[name] = {"median_us": statistics.median(lat), "p99_us": lat[int(0.99 * len(lat))]}
+    # a cold as-of query: a new system-time epoch builds its index from the key's versions
+    cold = []
+    for i in range(20):
+        state._indexes.clear()
+        as_of = BASE + timedelta(seconds=span // 3 + i)
+        t0 = time.perf_counter_ns()
+        state.resolve(BASE + timedelta(seconds=span // 4), as_of)
+        cold.append((time.perf_counter_ns() - t0) / 1000.0)
+    out["past_system_time_cold"] = {"median_us": statistics.median(cold), "max_us": max(cold)}
+    return out
+
+
+def job_sqlite(n: int, keys: int, versions: int) -> dict[str, Any]:
+    from toki.memory import Memory
+    from toki.store.sqlite import SQLiteStore
+
+    events = make_events(n, keys)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.db"
+        store = SQLiteStore(path)
+        batch = 10_000
+        t0 = time.perf_counter()
+        for i in range(0, n, batch):
+            chunk = events[i : i + batch]
+            store.append(chunk, {}, chunk[-1].seq)
+        append_secs = time.perf_counter() - t0
+        store.close()
+        load_secs, mem = _timed(lambda: Memory.open(f"sqlite:///{path}"))
+        n_loaded = len(mem.events())
+        mem.close()
+        # resolve_at through the public API on a SQLite-backed memory (one hot key)
+        hot = make_events(2 * versions - 1, keys=1, seed=3)
+        path2 = Path(tmp) / "hot.db"
+        store = SQLiteStore(path2)
+        store.append(hot, {}, hot[-1].seq)
+        store.close()
+        mem = Memory.open(f"sqlite:///{path2}")
+        key = hot[0].key
+        rng = random.Random(5)
+        lat = []
+        for _ in range(2000):
+            at = BASE + timedelta(seconds=rng.randint(1, versions))
+            t0 = time.perf_counter_ns()
+            mem.resolve_at(key, at)
+            lat.append((time.perf_counter_ns() - t0) / 1000.0)
+        lat.sort()
+        mem.close()
+    return {
+        "events": n,
+        "batched_append_events_per_s": n / append_secs,
+        "batch_size": batch,
+        "open_and_replay_events_per_s": n_loaded / load_secs,
+        "resolve_at_api_versions": versions,
+        "resolve_at_api_median_us": statistics.median(lat),
+        "resolve_at_api_p99_us": lat[int(0.99 * len(lat))],
+        "peak_rss_mib": _rss_mib(),
+    }
+
+
+def _run_isolated(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    n, versions = (10**5, 10**4) if args.quick else (10**6, 10**5)
+    print(f"core benchmark: {n} events, {versions} versions on one key")
+    results: dict[str, Any] = {"machine": machine_info(), "quick": args.quick}
+    results["replay_in_memory"] = _run_isolated(job_replay, n, 10_000)
+    print("  replay:", json.dumps(results["replay_in_memory"]))
+    results["resolve_at_in_memory"] = _run_isolated(job_resolve, versions)
+    print("  resolve_at:", json.dumps(results["resolve_at_in_memory"]))
+    results["write_path_hot_key"] = _run_isolated(job_write_path, min(n // 10, 20_000))
+    print("  write path:", json.dumps(results["write_path_hot_key"]))
+    results["sqlite"] = _run_isolated(job_sqlite, n, 10_000, versions)
+    print("  sqlite:", json.dumps(results["sqlite"]))
+    results["targets"] = {
+        "replay_events_per_s": {"target": 500_000,
+                                "measured": results["replay_in_memory"]["replay_events_per_s"]},
+        "resolve_at_us_1e5_versions": {
+            "target": 50, "measured": results["resolve_at_in_memory"]["past_valid_time"]["median_us"]},
+        "sqlite_batched_append_events_per_s": {
+            "target": 50_000, "measured": results["sqlite"]["batched_append_events_per_s"]},
+    }
+    if not args.quick:
+        write_results("core", results)
+    return results
+
+
+if __name__ == "__main__":
+    main()
