@@ -1,0 +1,24 @@
+"""Run every benchmark (`make bench`); each writes its own results file."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+
+SCRIPTS = ["benchmarks.bench_core", "benchmarks.bench_check"]
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    for name in SCRIPTS:
+        module = importlib.import_module(name)
+        t0 = time.perf_counter()
+        print(f"== {name}")
+        module.main(["--quick"] if quick else [])
+        print(f"== {name}: {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
