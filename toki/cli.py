@@ -41,12 +41,24 @@ def _build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="tell the Lisbon → Berlin story (bitemporal basics)")
     demo.add_argument("--json", action="store_true", help="machine-readable output")
     demo.set_defaults(handler=_cmd_demo)
+    sub.add_parser("locomo", help="LoCoMo data and experiments (fetch, info, baseline)")
     return parser
 
 
+# Subcommands with their own argument parser: everything after the name is theirs.
+_DELEGATED = {"locomo": "toki.locomo.cli"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in _DELEGATED:
+        import importlib
+
+        module = importlib.import_module(_DELEGATED[args_list[0]])
+        delegate: Callable[[Sequence[str]], int] = module.main
+        return delegate(args_list[1:])
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_list)
     handler: Handler = args.handler
     try:
         return handler(args)
