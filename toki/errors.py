@@ -80,3 +80,38 @@ class DataNotFound(DataError, FileNotFoundError):
 
 class ChecksumMismatch(DataError):
     """A downloaded or given data file does not have the published sha256; it was not used."""
+
+
+class TransactionError(TokiError):
+    """A simulated-store step named an unknown transaction or one that has already finished."""
+
+
+class WouldBlock(TokiError):
+    """A real database would make this step wait. Nothing changed: retry the same step later.
+
+    `blockers` are the transactions it waits for; retry after one of them commits or aborts.
+    """
+
+    def __init__(self, txn: int, blockers: frozenset[int]) -> None:
+        self.txn = txn
+        self.blockers = blockers
+        names = ", ".join(str(b) for b in sorted(blockers))
+        super().__init__(
+            f"txn {txn}: the step waits for transaction(s) {names}; nothing was changed "
+            "(retry the same step after one of them commits or aborts)"
+        )
+
+
+class SerializationFailure(TokiError):
+    """The store refused a step or a commit and aborted the transaction; retry the whole txn."""
+
+    def __init__(self, txn: int, reason: str) -> None:
+        self.txn = txn
+        self.reason = reason
+        super().__init__(
+            f"txn {txn}: {reason}; the transaction was aborted (begin a new one to retry)"
+        )
+
+
+class Deadlock(SerializationFailure):
+    """The step would close a cycle of waiting transactions; its transaction is the victim."""
