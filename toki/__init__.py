@@ -4,7 +4,7 @@ The bitemporal core: `Memory` (the store facade) and `FactKey` (a fact's identit
 """
 
 from toki.memory import UNKNOWN, Memory
-from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution, Scope
+from toki.model import Claim, FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution, Scope
 from toki.time import BoundSource, Interval
 
 __version__ = "0.1.0"
@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 __all__ = [
     "UNKNOWN",
     "BoundSource",
+    "Claim",
     "FactKey",
     "FactVersion",
     "HistoryEntry",

@@ -82,6 +82,13 @@ class ChecksumMismatch(DataError):
     """A downloaded or given data file does not have the published sha256; it was not used."""
 
 
+class HistoryFormatError(InvalidInput):
+    """A recorded history (toki's own, a user's, or a Jepsen/Elle file) is malformed.
+
+    The field names the line or entry, so a user can open the file at the right place.
+    """
+
+
 class TransactionError(TokiError):
     """A simulated-store step named an unknown transaction or one that has already finished."""
 
@@ -115,3 +122,7 @@ class SerializationFailure(TokiError):
 
 class Deadlock(SerializationFailure):
     """The step would close a cycle of waiting transactions; its transaction is the victim."""
+
+
+class UnknownProposal(TokiError):
+    """A confirmation or rejection names no held decision (AWAIT or manual)."""

@@ -12,10 +12,32 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from toki.algebra.base import Operator
+from toki.algebra.context import ResolveContext
+from toki.algebra.gate import gate
+from toki.algebra.provenance import Action, AuditRow, Decision, Provenance
+from toki.algebra.rule import Policy
 from toki.canonical import canonical_json, check_json
-from toki.errors import InvalidInput, InvalidInterval, InvalidTime, LifecycleError, UnknownVersion
+from toki.errors import (
+    InvalidInput,
+    InvalidInterval,
+    InvalidTime,
+    LifecycleError,
+    UnknownProposal,
+    UnknownVersion,
+)
+from toki.isolation import Isolation
+from toki.judge import Judge, JudgeLog
 from toki.log import Event, EventKind, EventLog
-from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution, Scope
+from toki.model import (
+    Claim,
+    FactKey,
+    FactVersion,
+    HistoryEntry,
+    Lifecycle,
+    Resolution,
+    Scope,
+)
 from toki.model import source_hash_of as _source_hash_of
 from toki.projection import ReconcileReport, reconcile, rows_for
 from toki.replay import KeyState, Snapshot, replay
@@ -23,7 +45,10 @@ from toki.store.base import EventStore, open_store
 from toki.store.memory import InMemoryStore
 from toki.time import BoundSource, Interval, TimeLike, format_instant, parse_instant
 
-__all__ = ["UNKNOWN", "Memory"]
+__all__ = ["POLICY_SUBJECT", "UNKNOWN", "Memory"]
+
+POLICY_SUBJECT = "__toki_policy__"
+"""Reserved subject under which RULE policies are logged (one key per tenant and fact_key)."""
 
 UNKNOWN = "unknown"
 """Pass as valid_from / valid_to when the source gives no bound and none may be assumed."""
@@ -39,18 +64,32 @@ def _utc_now() -> datetime:
 class Memory:
     """A bitemporal fact store. In-memory by default; `Memory.open(url)` for a backend."""
 
-    def __init__(self, store: EventStore | None = None, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        store: EventStore | None = None,
+        *,
+        clock: Clock | None = None,
+        isolation: Isolation = Isolation.SERIALIZABLE,
+    ) -> None:
+        """isolation: the level this store's writes run at. A Memory serialises its writes
+        under one writer lock, so SERIALIZABLE is the truth; a weaker level is for
+        experiments that want operators' preconditions checked against it."""
         self._store: EventStore = store if store is not None else InMemoryStore()
         self._clock: Clock = clock or _utc_now
+        self.isolation = isolation
+        self._operators: dict[str, Operator] = {}
+        self._judge_log_cache: JudgeLog | None = None
         self._log = EventLog()
         self._snapshot = Snapshot()
         self.open_report: ReconcileReport | None = None
         self._load()
 
     @classmethod
-    def open(cls, url: str, *, clock: Clock | None = None) -> Memory:
+    def open(
+        cls, url: str, *, clock: Clock | None = None, isolation: Isolation = Isolation.SERIALIZABLE
+    ) -> Memory:
         """Open 'memory://', 'sqlite:///path.db' or 'postgresql://…'; reconciles on open."""
-        return cls(open_store(url), clock=clock)
+        return cls(open_store(url), clock=clock, isolation=isolation)
 
     def close(self) -> None:
         self._store.close()
@@ -197,15 +236,21 @@ class Memory:
         *,
         proposed: bool = False,
         exclude: frozenset[str] = frozenset(),
+        claim: bool = False,
     ) -> None:
-        """ASSERT the version, and open a conflict with each standing contradicting version."""
+        """ASSERT the version, and open a conflict with each standing contradicting version.
+
+        claim marks versions that entered through `write` (re-adjudication re-runs those)."""
+        body: dict[str, Any] = {"version": version.payload(), "proposed": proposed}
+        if claim:
+            body["claim"] = True
         pending.append(
             self._log.new(
                 EventKind.ASSERT,
                 version.key,
                 version.recorded_at,
                 (version.id,),
-                {"version": version.payload(), "proposed": proposed},
+                body,
                 version,
                 pending=pending,
             )
@@ -505,6 +550,407 @@ class Memory:
             weight=original.weight,
         )
 
+    # -- the algebra's write path -----------------------------------------------------------
+
+    def configure(self, fact_key: str, operator: Operator) -> None:
+        """Route claims on `fact_key` (any tenant and subject) to `operator` by default."""
+        if not isinstance(operator, Operator):
+            raise InvalidInput("operator", f"{operator!r} is not an Operator")
+        self._operators[fact_key] = operator
+
+    def operator_for(self, key: FactKey) -> Operator:
+        from toki.algebra.lww import LWW
+
+        return self._operators.get(key.fact_key, LWW)
+
+    def _context(
+        self,
+        decided_at: datetime,
+        judge: Judge | None,
+        log_judge: bool,
+        allow_weaker_isolation: bool,
+    ) -> ResolveContext:
+        return ResolveContext(
+            decided_at=decided_at,
+            isolation=self.isolation,
+            judge=judge,
+            judge_log=self._judge_log() if log_judge else None,
+            own_log=self._snapshot.judge_log,
+            allow_weaker_isolation=allow_weaker_isolation,
+            evidence=self._evidence,
+            policy=self._policy_in_force,
+        )
+
+    def _judge_log(self) -> JudgeLog:
+        if self._judge_log_cache is not None:
+            return self._judge_log_cache
+        return self._snapshot.judge_log
+
+    def _evidence(self, key: FactKey) -> list[FactVersion]:
+        state = self._state(key)
+        if state is None:
+            return []
+        return [v for v in state.versions.values() if not state.is_revoked(v.id)]
+
+    def _policy_in_force(self, key: FactKey, at: datetime) -> dict[str, Any] | None:
+        state = self._state(FactKey(key.tenant, POLICY_SUBJECT, key.fact_key))
+        if state is None:
+            return None
+        best = None
+        for recorded, body in state.policies:
+            if recorded <= at and (best is None or recorded >= best[0]):
+                best = (recorded, body)
+        return None if best is None else dict(best[1]["policy"])
+
+    def set_policy(
+        self, tenant: str, fact_key: str, policy: Policy, *, recorded_at: TimeLike | None = None
+    ) -> None:
+        """Put a RULE policy in force for `fact_key` from `recorded_at` on (a POLICY event)."""
+        if not isinstance(policy, Policy):
+            raise InvalidInput("policy", f"expected a toki.algebra.Policy, got {policy!r}")
+        recorded = self._recorded(recorded_at)
+        key = FactKey(tenant, POLICY_SUBJECT, fact_key)
+        self._write(
+            lambda: [
+                self._log.new(
+                    EventKind.POLICY,
+                    key,
+                    recorded,
+                    (),
+                    {"policy": policy.to_json(), "id": policy.id},
+                )
+            ]
+        )
+
+    def write(
+        self,
+        claim: Claim,
+        operator: Operator | None = None,
+        *,
+        judge: Judge | None = None,
+        log_judge: bool = True,
+        allow_weaker_isolation: bool = False,
+        semantic_gate: bool = False,
+    ) -> Decision:
+        """The whole write path: duplicate → NOOP; no contradiction → INSERT; contradiction →
+        operator → DECISION event → close losers → insert winner → audit rows → commit.
+
+        Judge verdicts are logged under (fact key, θ) before the decision commits and are
+        reused, never re-asked, when the same question comes up again (log_judge=False
+        switches the keyed log off, to model baselines).
+        """
+        if not isinstance(claim, Claim):
+            raise InvalidInput("claim", f"expected a toki.Claim, got {type(claim).__name__}")
+        op = operator if operator is not None else self.operator_for(claim.key)
+        if not isinstance(op, Operator):
+            raise InvalidInput("operator", f"{op!r} is not an Operator")
+        recorded = self._recorded(claim.recorded_at)
+        valid = self._interval(claim.valid_from, claim.valid_to, recorded, None, None)
+        version = self._new_version(
+            claim.key,
+            claim.value,
+            valid,
+            recorded,
+            claim.source_id,
+            claim.source_hash,
+            None,
+            claim.weight,
+        )
+        result: list[Decision] = []
+
+        def build() -> list[Event]:
+            ctx = self._context(recorded, judge, log_judge, allow_weaker_isolation)
+            found = gate(self._state(claim.key), version, ctx, semantic=semantic_gate)
+            pending: list[Event] = []
+            if found.duplicate:
+                result.append(op.resolve([version], version, ctx))
+                return []
+            if not found.contradicts:
+                if found.equivalent:  # corroborating evidence: kept, closed by what it agrees with
+                    decision = _equivalence(op, version, found.equivalent[0], ctx)
+                else:
+                    held = ctx.precondition(op.requires, op.name)
+                    decision = _insert_decision(op, version, ctx, held)
+            else:
+                decision = op.resolve(list(found.contradicts), version, ctx)
+            result.append(decision)
+            self._judge_events(ctx, pending)
+            if decision.action is not Action.INSERT:
+                pending.append(
+                    self._decision_event(claim.key, recorded, decision, version.id, pending)
+                )
+            proposed = decision.action is Action.HOLD and op.name == "AWAIT"
+            settled = frozenset(decision.losers) | {decision.winner or ""}
+            self._assert_events(
+                version,
+                pending,
+                proposed=proposed,
+                exclude=frozenset() if decision.action is Action.HOLD else settled,
+                claim=True,
+            )
+            if decision.action in (Action.SUPERSEDE, Action.REJECT):
+                self._close_losers(claim.key, decision, recorded, pending, reason=op.name)
+            return pending
+
+        self._write(build)
+        return result[0]
+
+    def _judge_events(self, ctx: ResolveContext, pending: list[Event]) -> None:
+        for call in ctx.new_calls:
+            pending.append(
+                self._log.new(
+                    EventKind.DECISION,
+                    call.key,
+                    ctx.decided_at,
+                    tuple(c.id for c in call.question.candidates),
+                    {
+                        "decision": "judge",
+                        "task": call.question.task,
+                        "theta": call.theta.to_json(),
+                        "theta_digest": call.theta.digest,
+                        "verdict": call.verdict.to_json(),
+                    },
+                    pending=pending,
+                )
+            )
+
+    def _decision_event(
+        self,
+        key: FactKey,
+        recorded: datetime,
+        decision: Decision,
+        claim_id: str,
+        pending: list[Event],
+    ) -> Event:
+        return self._log.new(
+            EventKind.DECISION,
+            key,
+            recorded,
+            tuple(decision.provenance.inputs),
+            {
+                "decision": "resolution",
+                "action": decision.action.value,
+                "token": decision.token,
+                "claim": claim_id,
+                "provenance": decision.provenance.to_json(),
+            },
+            pending=pending,
+        )
+
+    def _close_losers(
+        self,
+        key: FactKey,
+        decision: Decision,
+        recorded: datetime,
+        pending: list[Event],
+        *,
+        reason: str,
+    ) -> None:
+        """Close every loser against the winner: where the winner starts later, the loser
+        keeps its earlier part (and a part after a winner with a finite end)."""
+        assert decision.winner is not None
+        winner = self._pending_version(decision.winner, pending)
+        state = self._state(key)
+        for loser_id in decision.losers:
+            loser = self._pending_version(loser_id, pending)
+            eff = (
+                loser.valid
+                if state is None or loser_id not in state.versions
+                else (state.effective(loser_id) or loser.valid)
+            )
+            new_ids = [winner.id]
+            w_start, w_end = winner.valid.start, winner.valid.end
+            if (
+                w_end is not None
+                and (eff.end is None or eff.end > w_end)
+                and (eff.start is None or eff.start < w_end)
+            ):
+                right = self._piece(
+                    loser, Interval(w_end, eff.end, BoundSource.EVIDENCE, eff.end_source), recorded
+                )
+                if self._snapshot.version(right.id) is None:
+                    self._assert_events(right, pending, exclude=frozenset({winner.id, loser_id}))
+                new_ids.append(right.id)
+            later = w_start is not None and (eff.start is None or eff.start < w_start)
+            closes = format_instant(w_start) if later and w_start is not None else None
+            pending.append(
+                self._log.new(
+                    EventKind.SUPERSEDE,
+                    key,
+                    recorded,
+                    (loser_id, *new_ids),
+                    {
+                        "old": loser_id,
+                        "new": sorted(new_ids),
+                        "closes_at": closes,
+                        "reason": f"lost to {winner.id} under {reason}",
+                        "decision": decision.token,
+                    },
+                    pending=pending,
+                )
+            )
+            state_conflicts = [] if state is None else state.open_conflicts()
+            pair = tuple(sorted((loser_id, winner.id)))
+            if pair in state_conflicts:
+                pending.append(
+                    self._log.new(
+                        EventKind.CONFLICT_RESOLVE,
+                        key,
+                        recorded,
+                        pair,
+                        {"left": pair[0], "right": pair[1], "winner": winner.id, "how": reason},
+                        pending=pending,
+                    )
+                )
+
+    def _pending_version(self, vid: str, pending: list[Event]) -> FactVersion:
+        for e in pending:
+            if e.version is not None and e.version.id == vid:
+                return e.version
+        return self._resolve_ref(vid)
+
+    def _hold(self, token: str) -> tuple[KeyState, dict[str, Any]]:
+        key = self._snapshot.holds.get(token) if isinstance(token, str) else None
+        state = None if key is None else self._state(key)
+        if state is None:
+            raise UnknownProposal(
+                f"token: no held decision has token {token!r} (use Decision.token from write)"
+            )
+        for _, body in state.decisions:
+            if body.get("token") == token and body.get("action") == "HOLD":
+                return state, dict(body)
+        raise UnknownProposal(f"token: no held decision has token {token!r}")  # pragma: no cover
+
+    def confirm(self, token: str, *, recorded_at: TimeLike | None = None) -> bool:
+        """Confirm a held claim: it supersedes what it contradicted. A repeated token is a
+        no-op (returns False); an unknown token raises UnknownProposal."""
+        return self._settle(token, True, recorded_at)
+
+    def reject(self, token: str, *, recorded_at: TimeLike | None = None) -> bool:
+        """Reject a held claim: it is revoked, the incumbent stands. Idempotent like confirm."""
+        return self._settle(token, False, recorded_at)
+
+    def _settle(self, token: str, accept: bool, recorded_at: TimeLike | None) -> bool:
+        recorded = self._recorded(recorded_at)
+        done: list[bool] = []
+
+        def build() -> list[Event]:
+            state, body = self._hold(token)
+            prov = body["provenance"]
+            inputs = list(prov["inputs"])
+            claim_id = str(body["claim"])
+            if token in state.settled:
+                return []  # a repeated confirmation is a no-op
+            others = [v for v in inputs if v != claim_id and not state.is_revoked(v)]
+            pending: list[Event] = []
+            if accept:
+                pending.append(
+                    self._log.new(
+                        EventKind.CONFIRM,
+                        state.key,
+                        recorded,
+                        (claim_id,),
+                        {"version": claim_id, "token": token},
+                    )
+                )
+                decision = Decision(
+                    Action.SUPERSEDE, claim_id, tuple(others), Provenance.from_json(prov)
+                )
+                self._close_losers(state.key, decision, recorded, pending, reason="AWAIT")
+            else:
+                pending.append(
+                    self._log.new(
+                        EventKind.REVOKE,
+                        state.key,
+                        recorded,
+                        (claim_id,),
+                        {"version": claim_id, "reason": "rejected", "token": token},
+                    )
+                )
+            for other in others:
+                pair = tuple(sorted((claim_id, other)))
+                if pair in state.conflicts_opened and pair not in state.conflicts_resolved:
+                    pending.append(
+                        self._log.new(
+                            EventKind.CONFLICT_RESOLVE,
+                            state.key,
+                            recorded,
+                            pair,
+                            {
+                                "left": pair[0],
+                                "right": pair[1],
+                                "winner": claim_id if accept else other,
+                                "how": "AWAIT",
+                                "token": token,
+                            },
+                            pending=pending,
+                        )
+                    )
+            done.append(True)
+            return pending
+
+        self._write(build)
+        return bool(done)
+
+    def audit(self, key: FactKey) -> list[AuditRow]:
+        """The dual-row view's audit rows: every version that lost a decision, with the
+        decision's provenance. Nothing a decision touched is ever overwritten or deleted."""
+        state = self._state(key)
+        if state is None:
+            return []
+        rows = []
+        for decided, body in state.decisions:
+            if body.get("decision") != "resolution":
+                continue
+            prov = Provenance.from_json(dict(body["provenance"]))
+            for loser in prov.losers:
+                rows.append(AuditRow("audit", state.versions[loser], prov, prov.operator, decided))
+        return rows
+
+    def readjudicate(
+        self,
+        operator: Operator | None = None,
+        *,
+        judge: Judge | None = None,
+        use_keyed_log: bool = True,
+    ) -> Memory:
+        """Recovery by re-running every logged claim through the write path on a fresh store
+        (the procedure of systems that log inputs, not decisions). With the keyed log, each
+        judge question is answered from the DECISION events; without it, the judge is asked
+        again, and a stochastic judge may decide differently (N1)."""
+        fresh = Memory(clock=self._clock, isolation=self.isolation)
+        fresh._operators = dict(self._operators)
+        log = JudgeLog.from_events(self._log) if use_keyed_log else None
+        fresh._judge_log_cache = log
+        for event in self._log:
+            if event.kind is EventKind.POLICY:
+                fresh.set_policy(
+                    event.key.tenant,
+                    event.key.fact_key,
+                    Policy.from_json(event.body["policy"]),
+                    recorded_at=event.recorded_at,
+                )
+            elif event.kind is EventKind.ASSERT and event.body.get("claim"):
+                v = event.version
+                assert v is not None
+                fresh.write(
+                    Claim(
+                        v.key,
+                        v.value,
+                        v.source_id,
+                        _bound(v.valid.start, v.valid.start_source),
+                        _bound(v.valid.end, v.valid.end_source),
+                        v.recorded_at,
+                        v.source_hash,
+                        v.weight,
+                    ),
+                    operator,
+                    judge=judge,
+                    log_judge=use_keyed_log,
+                    allow_weaker_isolation=True,
+                )
+        return fresh
+
     # -- reading ---------------------------------------------------------------------------
 
     def resolve_at(
@@ -619,6 +1065,54 @@ class Memory:
         for event in kept:
             memory._fold(event)
         return memory
+
+
+def _bound(at: datetime | None, source: BoundSource) -> TimeLike | None:
+    """A stored bound as write() input again (None: assumed; UNKNOWN: unknown)."""
+    if at is None:
+        return UNKNOWN if source is BoundSource.UNKNOWN else None
+    return at
+
+
+def _insert_decision(
+    op: Operator, version: FactVersion, ctx: ResolveContext, held: bool
+) -> Decision:
+    """No contradiction: the claim is simply inserted (recorded for the caller, not logged)."""
+    from toki.algebra.provenance import evidence_digest, idempotency_key
+
+    prov = Provenance(
+        operator=op.name,
+        operator_version=op.version,
+        judge_key=None,
+        evidence_digest=evidence_digest([version.id, version.value_json]),
+        inputs=(version.id,),
+        winner=version.id,
+        losers=(),
+        decided_at=ctx.decided_at,
+        isolation=ctx.isolation,
+        idempotency_key=idempotency_key(op.name, (version.id,)),
+        precondition_held=held,
+        reason="no contradiction",
+    )
+    return Decision(Action.INSERT, version.id, (), prov)
+
+
+def _equivalence(
+    op: Operator, version: FactVersion, incumbent: FactVersion, ctx: ResolveContext
+) -> Decision:
+    """A judge found the claim says what `incumbent` says: kept as corroborating evidence."""
+    held = ctx.precondition(op.requires, op.name)
+    base = _insert_decision(op, version, ctx, held)
+    prov = Provenance(
+        **{
+            **{f: getattr(base.provenance, f) for f in Provenance.__dataclass_fields__},
+            "inputs": tuple(sorted((version.id, incumbent.id))),
+            "winner": incumbent.id,
+            "losers": (version.id,),
+            "reason": "judged equivalent: corroborating evidence",
+        }
+    )
+    return Decision(Action.REJECT, incumbent.id, (version.id,), prov)
 
 
 def _derived_pieces(state: KeyState, root: FactVersion) -> list[str]:

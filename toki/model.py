@@ -18,6 +18,7 @@ from toki.time import Interval, format_instant, parse_instant
 
 __all__ = [
     "SCOPE_KINDS",
+    "Claim",
     "FactKey",
     "FactVersion",
     "HistoryEntry",
@@ -205,6 +206,20 @@ class FactVersion:
 def source_hash_of(source_id: str, value: object) -> str:
     """Default source hash when the caller has no hash of the source document."""
     return digest(canonical_json({"source_id": source_id, "value": value}))
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A new belief on its way into the store through `Memory.write` (times as given)."""
+
+    key: FactKey
+    value: Any
+    source_id: str
+    valid_from: str | datetime | None = None
+    valid_to: str | datetime | None = None
+    recorded_at: str | datetime | None = None
+    source_hash: str | None = None
+    weight: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

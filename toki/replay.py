@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from toki.canonical import canonical_json, digest
+from toki.judge import JudgeLog, Verdict
 from toki.log import Event, EventKind
 from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution
 from toki.time import BoundSource, Interval
@@ -120,6 +121,7 @@ class KeyState:
     key: FactKey
     versions: dict[str, FactVersion] = field(default_factory=dict)
     proposed: set[str] = field(default_factory=set)
+    settled: set[str] = field(default_factory=set)  # HOLD tokens confirmed or rejected
     confirmed: dict[str, datetime] = field(default_factory=dict)
     closings: dict[str, list[Closing]] = field(default_factory=dict)
     revoked: dict[str, tuple[datetime, str]] = field(default_factory=dict)
@@ -168,9 +170,13 @@ class KeyState:
         elif kind is _REVOKE:
             vid = body["version"]
             self.revoked[vid] = (at, str(body.get("reason", "")))
+            if "token" in body:
+                self.settled.add(str(body["token"]))
             touched = (vid, *sorted(self.closed_by.get(vid, ())))
         elif kind is _CONFIRM:
             self.confirmed[body["version"]] = at
+            if "token" in body:
+                self.settled.add(str(body["token"]))
             touched = (body["version"],)
         elif kind is _CONFLICT_OPEN:
             pair = _pair(body["left"], body["right"])
@@ -428,10 +434,12 @@ def _start_us(version: FactVersion) -> int:
 class Snapshot:
     """The fold of a set of events: per-key states plus the version → key index."""
 
-    __slots__ = ("keys", "seen", "version_key", "watermark")
+    __slots__ = ("holds", "judge_log", "keys", "seen", "version_key", "watermark")
 
     def __init__(self) -> None:
         self.keys: dict[FactKey, KeyState] = {}
+        self.holds: dict[str, FactKey] = {}  # HOLD decision token -> key
+        self.judge_log = JudgeLog()
         self.version_key: dict[str, FactKey] = {}
         self.seen: set[str] = set()
         self.watermark = 0
@@ -445,8 +453,17 @@ class Snapshot:
         if state is None:
             state = self.keys[event.key] = KeyState(event.key)
         state.apply(event)
-        if event.kind is _ASSERT:
+        kind = event.kind
+        if kind is _ASSERT:
             self.version_key[event.version_ids[0]] = event.key
+        elif kind is _DECISION:
+            body = event.body
+            if body.get("action") == "HOLD":
+                self.holds[str(body["token"])] = event.key
+            elif body.get("decision") == "judge":
+                self.judge_log.put_digest(
+                    event.key, str(body["theta_digest"]), Verdict.from_json(body["verdict"])
+                )
         if event.seq > self.watermark:
             self.watermark = event.seq
         return True
