@@ -24,8 +24,18 @@ NOT_MENTIONED = "Not mentioned in the conversation"
 DATE_KEYS = ("valid_from", "date", "session_date")
 
 _MONTH_NAMES = (
-    "January", "February", "March", "April", "May", "June",
-    "July", "August", "September", "October", "November", "December",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
 )
 _WHEN = re.compile(r"\bwhen\b", re.I)
 _YEAR_Q = re.compile(r"\b(what|which|in which)\s+year\b", re.I)
@@ -42,8 +52,9 @@ class Answerer(Protocol):
     An LLM answerer implements this one method (see docs/locomo.md).
     """
 
-    def answer(self, question: str, retrieved: Sequence[Hit], category: int | None = None) -> str:
-        ...
+    def answer(
+        self, question: str, retrieved: Sequence[Hit], category: int | None = None
+    ) -> str: ...
 
 
 def render_date(value: date | datetime) -> str:

@@ -48,22 +48,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "conversations": len(ds.conversations),
                 "sessions": sum(len(c.sessions) for c in ds.conversations),
                 "turns": sum(1 for c in ds.conversations for _ in c.turns()),
-                "qa_by_category": dict(sorted(Counter(int(q.category) for _, q in ds.questions())
-                                              .items())),
+                "qa_by_category": dict(
+                    sorted(Counter(int(q.category) for _, q in ds.questions()).items())
+                ),
                 "problems": dict(Counter(f"{p.source}:{p.kind}" for p in ds.problems)),
             }
-            print(json.dumps(info, indent=2) if args.json else
-                  "\n".join(f"{k}: {v}" for k, v in info.items()))
+            print(
+                json.dumps(info, indent=2)
+                if args.json
+                else "\n".join(f"{k}: {v}" for k, v in info.items())
+            )
             return 0
         cats = tuple(int(c) for c in args.categories.split(",") if c.strip())
-        rows = run_flat_baseline(ds, k=args.k, categories=cats, limit=args.limit,
-                                 include_turns=args.turns)
+        rows = run_flat_baseline(
+            ds, k=args.k, categories=cats, limit=args.limit, include_turns=args.turns
+        )
         if args.json:
             print(json.dumps(rows, indent=2))
         else:
             for r in rows:
-                print("  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
-                                for k, v in r.items()))
+                print(
+                    "  ".join(
+                        f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()
+                    )
+                )
         return 0
     except DataError as e:
         print(f"toki locomo: {e}", file=sys.stderr)

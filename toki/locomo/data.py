@@ -345,10 +345,22 @@ _LENIENT_ID = re.compile(r"D\W*(\d+)\W+(\d+)")
 _SPLIT = re.compile(r"[;,\s]+")
 _MONTHS = {
     m: i + 1
-    for i, m in enumerate((
-        "january", "february", "march", "april", "may", "june",
-        "july", "august", "september", "october", "november", "december",
-    ))
+    for i, m in enumerate(
+        (
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        )
+    )
 }
 _DATE_TIME = re.compile(
     r"\s*(\d{1,2}):(\d{2})\s*([ap])\.?m\.?\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s*(\d{4})\s*", re.I
@@ -417,30 +429,45 @@ def _parse_sample(i: int, s: Any, problems: list[Problem]) -> Conversation:
                 )
         else:
             problems.append(
-                Problem(sid, "session", f"session_{n}_date_time", "bad_date", repr(raw_dt),
-                        "session has no date_time")
+                Problem(
+                    sid,
+                    "session",
+                    f"session_{n}_date_time",
+                    "bad_date",
+                    repr(raw_dt),
+                    "session has no date_time",
+                )
             )
         turns = []
         for j, t in enumerate(conv[f"session_{n}"]):
             turn = _parse_turn(t, n)
             if _STRICT_ID.fullmatch(turn.dia_id) is None:
                 problems.append(
-                    Problem(sid, "turn", f"session_{n}[{j}]", "malformed_turn_id", turn.dia_id,
-                            "turn id is not of the form D<session>:<turn>")
+                    Problem(
+                        sid,
+                        "turn",
+                        f"session_{n}[{j}]",
+                        "malformed_turn_id",
+                        turn.dia_id,
+                        "turn id is not of the form D<session>:<turn>",
+                    )
                 )
             turns.append(turn)
             by_id.setdefault(turn.dia_id, turn)
         summary = summaries.get(f"session_{n}_summary") if isinstance(summaries, dict) else None
         sessions.append(
-            Session(n, dt, raw_dt if isinstance(raw_dt, str) else None, tuple(turns),
-                    summary if isinstance(summary, str) else None)
+            Session(
+                n,
+                dt,
+                raw_dt if isinstance(raw_dt, str) else None,
+                tuple(turns),
+                summary if isinstance(summary, str) else None,
+            )
         )
 
     observations = _parse_observations(sid, s.get("observation") or {}, by_id, problems)
     events = _parse_events(sid, s.get("event_summary") or {}, problems)
-    qa = tuple(
-        _parse_qa(sid, k, q, by_id, problems) for k, q in enumerate(s.get("qa") or [])
-    )
+    qa = tuple(_parse_qa(sid, k, q, by_id, problems) for k, q in enumerate(s.get("qa") or []))
     return Conversation(
         sample_id=sid,
         speaker_a=str(conv.get("speaker_a", "")),
@@ -557,8 +584,12 @@ def _parse_observations(
                     continue
                 ev_list = [ev] if isinstance(ev, str) else [str(e) for e in ev]
                 ids = parse_evidence(
-                    ev_list, turns, sample_id=sid, source="observation",
-                    location=f"{key}/{speaker}[{j}]", problems=problems,
+                    ev_list,
+                    turns,
+                    sample_id=sid,
+                    source="observation",
+                    location=f"{key}/{speaker}[{j}]",
+                    problems=problems,
                 )
                 out.append(Observation(n, str(speaker), text, ids, "; ".join(ev_list)))
     return tuple(out)
@@ -586,15 +617,18 @@ def _parse_events(sid: str, events: Any, problems: list[Problem]) -> tuple[Event
                 continue
             for text in texts:
                 out.append(
-                    EventSummary(n, str(speaker), str(text), d,
-                                 raw_date if isinstance(raw_date, str) else None)
+                    EventSummary(
+                        n,
+                        str(speaker),
+                        str(text),
+                        d,
+                        raw_date if isinstance(raw_date, str) else None,
+                    )
                 )
     return tuple(out)
 
 
-def _parse_qa(
-    sid: str, k: int, q: Any, turns: Mapping[str, Turn], problems: list[Problem]
-) -> QA:
+def _parse_qa(sid: str, k: int, q: Any, turns: Mapping[str, Turn], problems: list[Problem]) -> QA:
     if not isinstance(q, dict) or "question" not in q or "category" not in q:
         raise DataError(f"LoCoMo {sid} qa[{k}]: expected an object with question and category")
     try:

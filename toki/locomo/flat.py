@@ -43,30 +43,51 @@ def build_flat_chunks(
     }
     out: list[Chunk] = []
 
-    def meta(kind: str, session: int, speaker: str, d: date | None, ev: tuple[str, ...]) -> (
-        dict[str, Any]
-    ):
-        return {"kind": kind, "sample_id": sid, "session": session, "speaker": speaker,
-                "date": d, "evidence": ev}
+    def meta(
+        kind: str, session: int, speaker: str, d: date | None, ev: tuple[str, ...]
+    ) -> dict[str, Any]:
+        return {
+            "kind": kind,
+            "sample_id": sid,
+            "session": session,
+            "speaker": speaker,
+            "date": d,
+            "evidence": ev,
+        }
 
     if observations:
         for i, o in enumerate(conversation.observations):
-            out.append(Chunk(f"{sid}/obs/{i}", o.text,
-                             meta("observation", o.session, o.speaker,
-                                  session_dates.get(o.session), o.evidence)))
+            out.append(
+                Chunk(
+                    f"{sid}/obs/{i}",
+                    o.text,
+                    meta(
+                        "observation",
+                        o.session,
+                        o.speaker,
+                        session_dates.get(o.session),
+                        o.evidence,
+                    ),
+                )
+            )
     if events:
         for i, e in enumerate(conversation.events):
             d = e.date if e.date is not None else session_dates.get(e.session)
-            out.append(Chunk(f"{sid}/event/{i}", e.text,
-                             meta("event", e.session, e.speaker, d, ())))
+            out.append(
+                Chunk(f"{sid}/event/{i}", e.text, meta("event", e.session, e.speaker, d, ()))
+            )
     if turns:
         for t in conversation.turns():
             text = f"{t.speaker}: {t.text}"
             if t.blip_caption:
                 text += f" [shares a photo: {t.blip_caption}]"
-            out.append(Chunk(f"{sid}/{t.dia_id}", text,
-                             meta("turn", t.session, t.speaker,
-                                  session_dates.get(t.session), (t.dia_id,))))
+            out.append(
+                Chunk(
+                    f"{sid}/{t.dia_id}",
+                    text,
+                    meta("turn", t.session, t.speaker, session_dates.get(t.session), (t.dia_id,)),
+                )
+            )
     return out
 
 
@@ -141,13 +162,15 @@ def summarize(results: Sequence[QAResult], k: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for cat in sorted(by_cat):
         rs = by_cat[cat]
-        rows.append({
-            "category": cat,
-            "name": Category(cat).name.lower(),
-            "n": len(rs),
-            "f1_mean": sum(r.score for r in rs) / len(rs),
-            f"recall@{k}": sum(r.recall for r in rs) / len(rs),
-        })
+        rows.append(
+            {
+                "category": cat,
+                "name": Category(cat).name.lower(),
+                "n": len(rs),
+                "f1_mean": sum(r.score for r in rs) / len(rs),
+                f"recall@{k}": sum(r.recall for r in rs) / len(rs),
+            }
+        )
     return rows
 
 
@@ -163,7 +186,11 @@ def run_flat_baseline(
     """Per-category rows (see `summarize`) of the flat baseline; `pandas.DataFrame(rows)`
     turns them into a frame. For category 5 the score is upstream's adversarial rule."""
     results = answer_questions(
-        dataset, k=k, categories=categories, limit=limit, include_turns=include_turns,
+        dataset,
+        k=k,
+        categories=categories,
+        limit=limit,
+        include_turns=include_turns,
         answerer=answerer,
     )
     return summarize(results, k)
