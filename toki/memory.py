@@ -9,9 +9,10 @@ the log (and `reconcile` checks it).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from toki.algebra.allocate import Span, allocate
 from toki.algebra.base import Operator
 from toki.algebra.context import ResolveContext
 from toki.algebra.gate import gate
@@ -55,6 +56,15 @@ UNKNOWN = "unknown"
 
 VersionRef = FactVersion | str
 Clock = Callable[[], datetime]
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_OPEN_LO = -(2**62)
+_OPEN_HI = 2**62
+
+
+def _us(at: datetime) -> int:
+    return (at - _EPOCH) // timedelta(microseconds=1)
 
 
 def _utc_now() -> datetime:
@@ -746,62 +756,72 @@ class Memory:
         *,
         reason: str,
     ) -> None:
-        """Close every loser against the winner: where the winner starts later, the loser
-        keeps its earlier part (and a part after a winner with a finite end)."""
-        assert decision.winner is not None
-        winner = self._pending_version(decision.winner, pending)
+        """Apply the decision's ranking pointwise: each valid-time point goes to the best
+        ranked version covering it. A version that lost some points is closed (where it
+        keeps a prefix) or replaced by pieces for the parts it keeps; nothing is rewritten."""
         state = self._state(key)
-        for loser_id in decision.losers:
-            loser = self._pending_version(loser_id, pending)
-            eff = (
-                loser.valid
-                if state is None or loser_id not in state.versions
-                else (state.effective(loser_id) or loser.valid)
-            )
-            new_ids = [winner.id]
-            w_start, w_end = winner.valid.start, winner.valid.end
-            if (
-                w_end is not None
-                and (eff.end is None or eff.end > w_end)
-                and (eff.start is None or eff.start < w_end)
-            ):
-                right = self._piece(
-                    loser, Interval(w_end, eff.end, BoundSource.EVIDENCE, eff.end_source), recorded
-                )
-                if self._snapshot.version(right.id) is None:
-                    self._assert_events(right, pending, exclude=frozenset({winner.id, loser_id}))
-                new_ids.append(right.id)
-            later = w_start is not None and (eff.start is None or eff.start < w_start)
-            closes = format_instant(w_start) if later and w_start is not None else None
+        ranked = [self._pending_version(v, pending) for v in decision.ranking]
+        effs = {v.id: self._effective_now(state, v) for v in ranked}
+        spans = {vid: _span(eff) for vid, eff in effs.items()}
+        kept = allocate([(v.id, v.value_json, spans[v.id]) for v in ranked])
+        open_pairs = set() if state is None else set(state.open_conflicts())
+        for pos, version in enumerate(ranked):
+            vid = version.id
+            if kept[vid] == [spans[vid]]:
+                continue  # lost nothing
+            eff = effs[vid]
+            beaters = [
+                b.id
+                for b in ranked[:pos]
+                if b.value_json != version.value_json and effs[b.id].overlaps(eff)
+            ]
+            new_ids = list(beaters)
+            closes: str | None = None
+            fragments = kept[vid]
+            if len(fragments) == 1 and fragments[0][0] == spans[vid][0]:
+                closes = format_instant(_instant(fragments[0][1]))  # keeps a prefix
+            else:
+                for frag in fragments:
+                    piece = self._piece(version, _interval_of(frag, eff), recorded)
+                    if self._snapshot.version(piece.id) is None:
+                        self._assert_events(piece, pending, exclude=frozenset(decision.ranking))
+                    new_ids.append(piece.id)
             pending.append(
                 self._log.new(
                     EventKind.SUPERSEDE,
                     key,
                     recorded,
-                    (loser_id, *new_ids),
+                    (vid, *new_ids),
                     {
-                        "old": loser_id,
+                        "old": vid,
                         "new": sorted(new_ids),
                         "closes_at": closes,
-                        "reason": f"lost to {winner.id} under {reason}",
+                        "reason": f"lost to {', '.join(beaters)} under {reason}",
                         "decision": decision.token,
                     },
                     pending=pending,
                 )
             )
-            state_conflicts = [] if state is None else state.open_conflicts()
-            pair = tuple(sorted((loser_id, winner.id)))
-            if pair in state_conflicts:
-                pending.append(
-                    self._log.new(
-                        EventKind.CONFLICT_RESOLVE,
-                        key,
-                        recorded,
-                        pair,
-                        {"left": pair[0], "right": pair[1], "winner": winner.id, "how": reason},
-                        pending=pending,
+            for other in beaters:
+                pair = _pair(vid, other)
+                if pair in open_pairs:
+                    open_pairs.discard(pair)
+                    pending.append(
+                        self._log.new(
+                            EventKind.CONFLICT_RESOLVE,
+                            key,
+                            recorded,
+                            pair,
+                            {"left": pair[0], "right": pair[1], "winner": other, "how": reason},
+                            pending=pending,
+                        )
                     )
-                )
+
+    @staticmethod
+    def _effective_now(state: KeyState | None, version: FactVersion) -> Interval:
+        if state is not None and version.id in state.versions:
+            return state.effective(version.id) or version.valid
+        return version.valid
 
     def _pending_version(self, vid: str, pending: list[Event]) -> FactVersion:
         for e in pending:
@@ -854,7 +874,11 @@ class Memory:
                     )
                 )
                 decision = Decision(
-                    Action.SUPERSEDE, claim_id, tuple(others), Provenance.from_json(prov)
+                    Action.SUPERSEDE,
+                    claim_id,
+                    tuple(others),
+                    Provenance.from_json(prov),
+                    (claim_id, *others),
                 )
                 self._close_losers(state.key, decision, recorded, pending, reason="AWAIT")
             else:
@@ -1067,6 +1091,30 @@ class Memory:
         return memory
 
 
+def _span(interval: Interval) -> Span:
+    lo = _OPEN_LO if interval.start is None else _us(interval.start)
+    hi = _OPEN_HI if interval.end is None else _us(interval.end)
+    return (lo, hi)
+
+
+def _instant(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+def _interval_of(span: Span, within: Interval) -> Interval:
+    """A kept fragment as an interval; bounds it shares with `within` keep their provenance."""
+    lo, hi = span
+    start = None if lo == _OPEN_LO else _instant(lo)
+    end = None if hi == _OPEN_HI else _instant(hi)
+    s_src = within.start_source if start == within.start else BoundSource.EVIDENCE
+    e_src = within.end_source if end == within.end else BoundSource.EVIDENCE
+    return Interval(start, end, s_src, e_src)
+
+
+def _pair(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a <= b else (b, a)
+
+
 def _bound(at: datetime | None, source: BoundSource) -> TimeLike | None:
     """A stored bound as write() input again (None: assumed; UNKNOWN: unknown)."""
     if at is None:
@@ -1112,7 +1160,7 @@ def _equivalence(
             "reason": "judged equivalent: corroborating evidence",
         }
     )
-    return Decision(Action.REJECT, incumbent.id, (version.id,), prov)
+    return Decision(Action.REJECT, incumbent.id, (version.id,), prov, (incumbent.id, version.id))
 
 
 def _derived_pieces(state: KeyState, root: FactVersion) -> list[str]:

@@ -41,21 +41,27 @@ class Operator(Protocol):
 
 
 class Choice:
-    """What an operator's rule picked: a winner (None: hold), and why."""
+    """What an operator's rule decided: a ranking of the versions, best first (None: hold),
+    and why. The winner is the first; on the write path each valid-time point goes to the
+    best-ranked version covering it, so interval-aware resolution needs the whole order."""
 
-    __slots__ = ("judge_key", "policy", "reason", "winner")
+    __slots__ = ("judge_key", "policy", "ranking", "reason")
 
     def __init__(
         self,
-        winner: FactVersion | None,
+        ranking: Sequence[FactVersion] | None,
         reason: str,
         judge_key: JudgeKey | None = None,
         policy: str | None = None,
     ) -> None:
-        self.winner = winner
+        self.ranking = None if ranking is None else tuple(ranking)
         self.reason = reason
         self.judge_key = judge_key
         self.policy = policy
+
+    @property
+    def winner(self) -> FactVersion | None:
+        return None if not self.ranking else self.ranking[0]
 
 
 class FoldOperator:
@@ -80,10 +86,12 @@ class FoldOperator:
             action, winner = Action.HOLD, None
         else:
             action, winner = Action.SUPERSEDE, choice.winner.id
-            losers = tuple(v.id for v in unique if v.id != winner)
-        return Decision(
-            action, winner, losers, self._provenance(ctx, unique, ids, winner, losers, held, choice)
-        )
+            # versions saying what the winner says are not beaten, whatever their id
+            value = choice.winner.value_json
+            losers = tuple(v.id for v in unique if v.value_json != value)
+        ranking = () if choice.ranking is None else tuple(v.id for v in choice.ranking)
+        prov = self._provenance(ctx, unique, ids, winner, losers, held, choice)
+        return Decision(action, winner, losers, prov, ranking)
 
     def resolve(
         self, incumbents: Sequence[FactVersion], claim: FactVersion, ctx: ResolveContext
@@ -92,15 +100,17 @@ class FoldOperator:
             held = ctx.precondition(self.requires, self.name)
             ids = tuple(v.id for v in _unique([*incumbents, claim]))
             prov = self._provenance(
-                ctx, [claim], ids, claim.id, (), held, Choice(claim, "duplicate delivery")
+                ctx, [claim], ids, claim.id, (), held, Choice([claim], "duplicate delivery")
             )
-            return Decision(Action.NOOP, claim.id, (), prov)
+            return Decision(Action.NOOP, claim.id, (), prov, (claim.id,))
         decision = self.fold([*incumbents, claim], ctx)
         if decision.action is Action.HOLD:
             return decision
         if decision.winner == claim.id:
             return decision  # SUPERSEDE: the claim beat every incumbent
-        return Decision(Action.REJECT, decision.winner, decision.losers, decision.provenance)
+        return Decision(
+            Action.REJECT, decision.winner, decision.losers, decision.provenance, decision.ranking
+        )
 
     def _provenance(
         self,

@@ -53,12 +53,13 @@ class EvidenceWeightedMerge(FoldOperator):
             stamp = (v.recorded_at, vid)
             if v.value_json not in newest or stamp > newest[v.value_json]:
                 newest[v.value_json] = stamp
-        candidates = {v.value_json for v in ordered}
-        best = max(candidates, key=lambda val: (totals[val], newest[val]))
-        winner = max(
-            (v for v in ordered if v.value_json == best), key=lambda v: (v.recorded_at, v.id)
+        ranking = sorted(
+            ordered,
+            key=lambda v: (totals[v.value_json], newest[v.value_json], v.recorded_at, v.id),
+            reverse=True,
         )
-        return Choice(winner, f"accumulated evidence {totals[best]:g} for {best}", theta)
+        best = ranking[0].value_json
+        return Choice(ranking, f"accumulated evidence {totals[best]:g} for {best}", theta)
 
 
 EWM = EvidenceWeightedMerge()

@@ -23,8 +23,8 @@ class LastWriterWins(FoldOperator):
     requires = Isolation.READ_COMMITTED
 
     def choose(self, versions: Sequence[FactVersion], ctx: ResolveContext) -> Choice:
-        winner = max(versions, key=lambda v: (v.recorded_at, v.id))
-        return Choice(winner, "latest system time (version id breaks ties)")
+        ranking = sorted(versions, key=lambda v: (v.recorded_at, v.id), reverse=True)
+        return Choice(ranking, "latest system time (version id breaks ties)")
 
 
 LWW = LastWriterWins()

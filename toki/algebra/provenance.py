@@ -88,6 +88,7 @@ class Decision:
     winner: str | None
     losers: tuple[str, ...]
     provenance: Provenance
+    ranking: tuple[str, ...] = ()  # best first; each valid-time point goes to the best cover
 
     @property
     def token(self) -> str:

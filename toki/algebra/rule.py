@@ -72,24 +72,21 @@ class PerRulePolicy(FoldOperator):
         if policy.kind == "manual":
             return Choice(None, "manual policy: a person decides", policy=policy.id)
         if policy.kind == "newest_valid_time":
-            winner = max(versions, key=lambda v: (_start(v), v.recorded_at, v.id))
+            ranking = sorted(versions, key=lambda v: (_start(v), v.recorded_at, v.id), reverse=True)
         elif policy.kind == "highest_confidence":
-            winner = max(versions, key=lambda v: (v.weight, v.recorded_at, v.id))
+            ranking = sorted(versions, key=lambda v: (v.weight, v.recorded_at, v.id), reverse=True)
         else:
             rank = {s: i for i, s in enumerate(policy.sources)}
-            winner = min(
+            ranking = sorted(
                 versions,
-                key=lambda v: (rank.get(v.source_id, len(rank)), _neg(v), v.id),
+                key=lambda v: (-rank.get(v.source_id, len(rank)), v.recorded_at, v.id),
+                reverse=True,
             )
-        return Choice(winner, f"policy {policy.kind}", policy=policy.id)
+        return Choice(ranking, f"policy {policy.kind}", policy=policy.id)
 
 
 def _start(v: FactVersion) -> float:
     return float("-inf") if v.valid.start is None else v.valid.start.timestamp()
-
-
-def _neg(v: FactVersion) -> float:
-    return -v.recorded_at.timestamp()
 
 
 RULE = PerRulePolicy()
