@@ -9,6 +9,7 @@ the log (and `reconcile` checks it).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,7 +28,7 @@ from toki.errors import (
     UnknownProposal,
     UnknownVersion,
 )
-from toki.isolation import Isolation
+from toki.isolation import Isolation, dominates
 from toki.judge import Judge, JudgeLog
 from toki.log import Event, EventKind, EventLog
 from toki.model import (
@@ -678,11 +679,13 @@ class Memory:
             if not found.contradicts:
                 if found.equivalent:  # corroborating evidence: kept, closed by what it agrees with
                     decision = _equivalence(op, version, found.equivalent[0], ctx)
-                else:
-                    held = ctx.precondition(op.requires, op.name)
+                else:  # the operator does not run: its precondition is recorded, not enforced
+                    held = dominates(ctx.isolation, op.requires)
                     decision = _insert_decision(op, version, ctx, held)
             else:
-                decision = op.resolve(list(found.contradicts), version, ctx)
+                decision = self._pointwise(
+                    op.resolve(list(found.contradicts), version, ctx), version, pending
+                )
             result.append(decision)
             self._judge_events(ctx, pending)
             if decision.action is not Action.INSERT:
@@ -760,10 +763,7 @@ class Memory:
         ranked version covering it. A version that lost some points is closed (where it
         keeps a prefix) or replaced by pieces for the parts it keeps; nothing is rewritten."""
         state = self._state(key)
-        ranked = [self._pending_version(v, pending) for v in decision.ranking]
-        effs = {v.id: self._effective_now(state, v) for v in ranked}
-        spans = {vid: _span(eff) for vid, eff in effs.items()}
-        kept = allocate([(v.id, v.value_json, spans[v.id]) for v in ranked])
+        ranked, effs, spans, kept = self._allocation(key, decision.ranking, pending)
         open_pairs = set() if state is None else set(state.open_conflicts())
         for pos, version in enumerate(ranked):
             vid = version.id
@@ -817,13 +817,43 @@ class Memory:
                         )
                     )
 
+    def _allocation(
+        self,
+        key: FactKey,
+        ranking: Sequence[str],
+        pending: list[Event],
+        *extra: FactVersion,
+    ) -> tuple[list[FactVersion], dict[str, Interval], dict[str, Span], dict[str, list[Span]]]:
+        state = self._state(key)
+        ranked = [self._pending_version(v, pending, extra) for v in ranking]
+        effs = {v.id: self._effective_now(state, v) for v in ranked}
+        spans = {vid: _span(eff) for vid, eff in effs.items()}
+        kept = allocate([(v.id, v.value_json, spans[v.id]) for v in ranked])
+        return ranked, effs, spans, kept
+
+    def _pointwise(self, decision: Decision, claim: FactVersion, pending: list[Event]) -> Decision:
+        """Settle who lost what: a version is a loser when it lost any valid-time point."""
+        if decision.action not in (Action.SUPERSEDE, Action.REJECT):
+            return decision
+        _, _, spans, kept = self._allocation(claim.key, decision.ranking, pending, claim)
+        losers = tuple(sorted(v for v in decision.ranking if kept[v] != [spans[v]]))
+        # SUPERSEDE: something that stood was (partly) closed; REJECT: only the claim lost
+        action = Action.SUPERSEDE if any(v != claim.id for v in losers) else Action.REJECT
+        prov = replace(decision.provenance, losers=losers)
+        return Decision(action, decision.winner, losers, prov, decision.ranking)
+
     @staticmethod
     def _effective_now(state: KeyState | None, version: FactVersion) -> Interval:
         if state is not None and version.id in state.versions:
             return state.effective(version.id) or version.valid
         return version.valid
 
-    def _pending_version(self, vid: str, pending: list[Event]) -> FactVersion:
+    def _pending_version(
+        self, vid: str, pending: list[Event], extra: Sequence[FactVersion] = ()
+    ) -> FactVersion:
+        for v in extra:
+            if v.id == vid:
+                return v
         for e in pending:
             if e.version is not None and e.version.id == vid:
                 return e.version
