@@ -16,7 +16,7 @@ from toki.replay import KeySummary, Snapshot
 
 __all__ = ["KeyDifference", "ReconcileReport", "reconcile", "rows_for"]
 
-_FIELDS = ("value_hash", "version_ids", "open_conflicts", "open_intervals")
+_FIELDS = ("value_hash", "version_ids", "open_conflicts", "open_intervals", "segments")
 
 
 @dataclass(frozen=True, slots=True)

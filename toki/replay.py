@@ -29,7 +29,7 @@ from toki.canonical import canonical_json, digest
 from toki.judge import JudgeLog, Verdict
 from toki.log import Event, EventKind
 from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution
-from toki.time import BoundSource, Interval
+from toki.time import BoundSource, Interval, format_instant
 
 __all__ = ["KeyState", "KeySummary", "Snapshot", "replay"]
 
@@ -75,6 +75,10 @@ class KeySummary:
     version_ids: tuple[str, ...]
     open_conflicts: int
     open_intervals: int
+    # The adjudicated projection: ACTIVE versions that contradict no other ACTIVE version,
+    # as (version id, value JSON, effective start, effective end) with RFC 3339 bounds.
+    # Within a key these never overlap (a database can enforce it with an EXCLUDE constraint).
+    segments: tuple[tuple[str, str, str | None, str | None], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +86,7 @@ class KeySummary:
             "version_ids": list(self.version_ids),
             "open_conflicts": self.open_conflicts,
             "open_intervals": self.open_intervals,
+            "segments": [list(s) for s in self.segments],
         }
 
     @classmethod
@@ -91,6 +96,10 @@ class KeySummary:
             tuple(data["version_ids"]),
             int(data["open_conflicts"]),
             int(data["open_intervals"]),
+            tuple(
+                (str(a), str(b), None if c is None else str(c), None if d is None else str(d))
+                for a, b, c, d in data.get("segments", ())
+            ),
         )
 
 
@@ -399,12 +408,37 @@ class KeyState:
             for i in range(bisect_left(self.by_end, (_MAX, "")), len(self.by_end))
             if self.by_end[i][1] not in self.proposed_pending
         )
+        conflicts = self.open_conflicts()
         return KeySummary(
             value_hash=digest(canonical_json(values)),
             version_ids=tuple(live),
-            open_conflicts=len(self.open_conflicts()),
+            open_conflicts=len(conflicts),
             open_intervals=open_intervals,
+            segments=self._segments(live, conflicts),
         )
+
+    def _segments(
+        self, live: list[str], conflicts: list[tuple[str, str]]
+    ) -> tuple[tuple[str, str, str | None, str | None], ...]:
+        contested = {v for pair in conflicts for v in pair}
+        out = []
+        for vid in live:
+            if vid in contested:
+                continue
+            lo, hi = self.standing[vid]
+            value = self.versions[vid].value_json
+            clash = any(
+                other != vid
+                and self.versions[other].value_json != value
+                and self.standing[other][0] < hi
+                and lo < self.standing[other][1]
+                for other in live
+            )
+            if not clash:
+                eff = self.effective(vid)
+                assert eff is not None
+                out.append((vid, value, _fmt(eff.start), _fmt(eff.end)))
+        return tuple(out)
 
     def digest_parts(self) -> dict[str, Any]:
         """The canonical content of this key's state for `state_hash` (no sequence numbers)."""
@@ -421,6 +455,10 @@ class KeyState:
             "decisions": sorted(digest(canonical_json(dict(b))) for _, b in self.decisions),
             "policies": sorted(digest(canonical_json(dict(b))) for _, b in self.policies),
         }
+
+
+def _fmt(at: datetime | None) -> str | None:
+    return None if at is None else format_instant(at)
 
 
 def _pair(a: str, b: str) -> tuple[str, str]:

@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS toki_current (
     value_hash     TEXT NOT NULL,
     version_ids    TEXT NOT NULL,
     open_conflicts INTEGER NOT NULL,
-    open_intervals INTEGER NOT NULL
+    open_intervals INTEGER NOT NULL,
+    segments       TEXT NOT NULL DEFAULT '[]'
 );
 """
 
@@ -135,7 +136,7 @@ class SQLiteStore:
             if replace:
                 self._conn.execute("DELETE FROM toki_current")
             self._conn.executemany(
-                "INSERT OR REPLACE INTO toki_current VALUES (?,?,?,?,?)",
+                "INSERT OR REPLACE INTO toki_current VALUES (?,?,?,?,?,?)",
                 [
                     (
                         _key_text(k),
@@ -143,6 +144,7 @@ class SQLiteStore:
                         json.dumps(list(s.version_ids)),
                         s.open_conflicts,
                         s.open_intervals,
+                        json.dumps([list(seg) for seg in s.segments]),
                     )
                     for k, s in summaries.items()
                 ],
@@ -183,9 +185,16 @@ class SQLiteStore:
             wm = self._conn.execute("SELECT value FROM toki_meta WHERE name='watermark'").fetchone()
             rows = self._conn.execute("SELECT * FROM toki_current").fetchall()
         out = {}
-        for key_text, value_hash, version_ids, conflicts, intervals in rows:
+        for key_text, value_hash, version_ids, conflicts, intervals, segments in rows:
             key = FactKey.from_json(json.loads(key_text))
-            out[key] = KeySummary(value_hash, tuple(json.loads(version_ids)), conflicts, intervals)
+            segs = tuple(tuple(seg) for seg in json.loads(segments))
+            out[key] = KeySummary(
+                value_hash,
+                tuple(json.loads(version_ids)),
+                conflicts,
+                intervals,
+                segs,  # type: ignore[arg-type]
+            )
         return int(wm[0]) if wm else 0, out
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
