@@ -193,7 +193,7 @@ class SQLiteStore:
                 tuple(json.loads(version_ids)),
                 conflicts,
                 intervals,
-                segs,  # type: ignore[arg-type]
+                segs,
             )
         return int(wm[0]) if wm else 0, out
 
