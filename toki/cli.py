@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toki.errors import TokiError
+from toki.errors import InvalidInput, TokiError
 
 __all__ = ["main"]
 
@@ -32,6 +32,59 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measured vs predicted N1 rate of an unlogged stochastic judge, and of the keyed log."""
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from toki.experiments.calibration import calibrate, mean_absolute_deviation, write_outputs
+
+    try:
+        ps = [float(x) for x in args.p.split(",") if x.strip()]
+    except ValueError:
+        raise InvalidInput("--p", f"cannot read {args.p!r}", "use e.g. 0.1,0.5,0.9") from None
+    if args.runs < 1:
+        raise InvalidInput("--runs", f"{args.runs} is not a positive count")
+    bad = [p for p in ps if not 0.0 <= p <= 1.0]
+    if bad or not ps:
+        raise InvalidInput("--p", f"{bad or 'nothing'} is not a list of probabilities in [0, 1]")
+    with tqdm(
+        total=2 * len(ps) * args.runs,
+        disable=args.json or args.quiet,
+        desc="calibrate",
+        unit="run",
+        file=sys.stderr,
+    ) as bar:
+        cells = calibrate(ps, args.runs, args.seed, progress=bar.update)
+    csv_path, png_path = write_outputs(cells, Path(args.out))
+    if args.json:
+        _print_json(
+            [
+                {
+                    "p": c.p,
+                    "logged": c.logged,
+                    "rate": c.rate,
+                    "ci_low": c.ci_low,
+                    "ci_high": c.ci_high,
+                    "runs": c.runs,
+                    "predicted": c.predicted,
+                }
+                for c in cells
+            ]
+        )
+        return 0
+    print(f"{'p':>5} {'logged':>7} {'rate':>7} {'95% CI':>17} {'predicted':>9}")
+    for c in cells:
+        print(
+            f"{c.p:5.2f} {c.logged!s:>7} {c.rate:7.3f} [{c.ci_low:6.3f}, {c.ci_high:6.3f}]"
+            f" {c.predicted:9.3f}"
+        )
+    print(f"mean absolute deviation (unlogged): {mean_absolute_deviation(cells):.4f}")
+    print(f"wrote {csv_path} and {png_path}")
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toki",
@@ -42,6 +95,18 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="machine-readable output")
     demo.set_defaults(handler=_cmd_demo)
     sub.add_parser("locomo", help="LoCoMo data and experiments (fetch, info, baseline)")
+    cal = sub.add_parser("calibrate", help="replay calibration: N1 rate of an unlogged judge")
+    cal.add_argument(
+        "--p",
+        default=",".join(f"{0.05 * i:.2f}" for i in range(1, 20)),
+        help="comma-separated probabilities (default 0.05,...,0.95)",
+    )
+    cal.add_argument("--runs", type=int, default=200, help="runs per cell (default 200)")
+    cal.add_argument("--seed", type=int, default=0)
+    cal.add_argument("--out", default="verdict_matrix", help="folder for the csv and png")
+    cal.add_argument("--json", action="store_true")
+    cal.add_argument("--quiet", action="store_true", help="no progress bar")
+    cal.set_defaults(handler=_cmd_calibrate)
     return parser
 
 
