@@ -1,1 +1,29 @@
-"""Placeholder."""
+"""Checkers over recorded histories: the Adya dependency graph and Jepsen/Elle input."""
+
+from toki.check.adya import (
+    ANOMALY_NAMES,
+    Anomaly,
+    Edge,
+    History,
+    Op,
+    Txn,
+    check,
+    dependency_graph,
+    explain,
+)
+from toki.check.elle import load, parse_edn, parse_json
+
+__all__ = [
+    "ANOMALY_NAMES",
+    "Anomaly",
+    "Edge",
+    "History",
+    "Op",
+    "Txn",
+    "check",
+    "dependency_graph",
+    "explain",
+    "load",
+    "parse_edn",
+    "parse_json",
+]

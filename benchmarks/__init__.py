@@ -1,0 +1,1 @@
+"""Benchmarks: each writes results/<name>.json with machine info and its anchors."""
