@@ -235,7 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     workload,
                     str(plants),
                 ]
-                out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+                out = subprocess.run(
+                    cmd, capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]
+                )
                 row = json.loads(out.stdout)
                 runs.append(row)
                 print(
