@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -18,7 +20,7 @@ settings.load_profile(os.environ.get("TOKI_HYPOTHESIS_PROFILE", "toki"))
 
 NOW = datetime(2026, 11, 29, tzinfo=UTC)
 
-BACKENDS = ["memory", "sqlite"]
+BACKENDS = ["memory", "sqlite", "postgres"]
 
 MemoryFactory = Callable[[], Memory]
 
@@ -33,7 +35,9 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def make_memory(backend: str, tmp_path: Path) -> Iterator[MemoryFactory]:
+def make_memory(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[MemoryFactory]:
     """A factory of fresh Memory objects on the parametrized backend (fixed clock)."""
     opened: list[Memory] = []
     counter = iter(range(10**6))
@@ -41,6 +45,8 @@ def make_memory(backend: str, tmp_path: Path) -> Iterator[MemoryFactory]:
     def factory() -> Memory:
         if backend == "memory":
             mem = Memory(clock=fixed_clock)
+        elif backend == "postgres":
+            mem = Memory(request.getfixturevalue("pg_store")(), clock=fixed_clock)
         else:
             mem = Memory.open(
                 f"sqlite:///{tmp_path / f'store-{next(counter)}.db'}", clock=fixed_clock
@@ -56,3 +62,47 @@ def make_memory(backend: str, tmp_path: Path) -> Iterator[MemoryFactory]:
 @pytest.fixture
 def mem(make_memory: MemoryFactory) -> Memory:
     return make_memory()
+
+
+# -- PostgreSQL: each store gets its own schema `toki_test_<random>`, dropped afterwards ----
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> str:
+    """A reachable server ($TOKI_PG_DSN); skip without one, or fail if TOKI_REQUIRE_PG=1."""
+    import psycopg
+
+    from toki.store.postgres import default_dsn, mask_dsn
+
+    try:
+        psycopg.connect(default_dsn(), connect_timeout=5).close()
+    except psycopg.Error as exc:
+        why = f"PostgreSQL at {mask_dsn(default_dsn())} is unreachable ({exc}); set TOKI_PG_DSN"
+        if os.environ.get("TOKI_REQUIRE_PG") == "1":
+            pytest.fail(f"TOKI_REQUIRE_PG=1 but {why}")
+        pytest.skip(why)
+    return default_dsn()
+
+
+@pytest.fixture
+def pg_store(pg_dsn: str) -> Iterator[Callable[..., Any]]:
+    """factory(schema=None) -> a PostgresStore on `schema` (None: a fresh one)."""
+    import psycopg
+
+    from toki.store.postgres import PostgresStore
+
+    schemas: set[str] = set()
+    stores: list[PostgresStore] = []
+
+    def factory(schema: str | None = None) -> PostgresStore:
+        schema = schema or f"toki_test_{uuid.uuid4().hex[:12]}"
+        schemas.add(schema)
+        stores.append(PostgresStore(pg_dsn, schema=schema))
+        return stores[-1]
+
+    yield factory
+    for store in stores:
+        store.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for schema in schemas:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())

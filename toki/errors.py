@@ -126,3 +126,8 @@ class Deadlock(SerializationFailure):
 
 class UnknownProposal(TokiError):
     """A confirmation or rejection names no held decision (AWAIT or manual)."""
+
+
+class ConstraintViolation(StoreError):
+    """A database constraint refused a write (e.g. overlapping adjudicated rows of one key);
+    the message names the key and the interval. Nothing of the write was kept."""

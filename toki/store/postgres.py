@@ -1,0 +1,526 @@
+"""PostgreSQL backend: an append-only event table, versions with tstzrange valid time, and an
+adjudicated projection that a btree_gist EXCLUDE constraint keeps free of contradictions.
+
+It behaves like the SQLite backend: events and the projection rows they change commit in one
+transaction, and `write_lock` holds a transaction-scoped advisory lock so that
+read-validate-append is serialised across processes. The server adds what SQLite cannot:
+range types, an exclusion constraint on the adjudicated rows, and real isolation levels.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.types.range import Range
+
+from toki.canonical import canonical_json
+from toki.errors import ConstraintViolation, IntegrityError, StoreError
+from toki.log import Event, EventKind, event_from_record
+from toki.model import FactKey
+from toki.replay import KeySummary
+from toki.time import format_instant, parse_instant
+
+__all__ = ["DEFAULT_DSN", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStore", "default_dsn"]
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+# pg_advisory_xact_lock(classid, objid): classid fixed for toki, objid per schema, so two
+# toki stores in different schemas of one database do not serialise each other.
+_LOCK_CLASS = 0x70C1  # "toki" writer lock
+_MIGRATE_CLASS = 0x70C2  # schema migrations
+
+_KEY_COLS = "tenant, subject, scope_kind, scope_key, fact_key"
+
+
+def default_dsn() -> str:
+    """$TOKI_PG_DSN, else the local test server (tests and benchmarks use this)."""
+    return os.environ.get("TOKI_PG_DSN") or DEFAULT_DSN
+
+
+def mask_dsn(dsn: str) -> str:
+    """The DSN with any password replaced by '***' (for error messages and logs)."""
+    masked = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
+    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", masked)
+
+
+# ------------------------------------------------------------------------------ migrations
+
+_M1 = """
+CREATE TABLE IF NOT EXISTS toki_event (
+    seq          bigint PRIMARY KEY,
+    key_seq      bigint NOT NULL,
+    kind         text NOT NULL,
+    tenant       text NOT NULL,
+    subject      text NOT NULL,
+    scope_kind   text NOT NULL,
+    scope_key    text NOT NULL,
+    fact_key     text NOT NULL,
+    recorded_at  timestamptz NOT NULL,
+    version_ids  text[] NOT NULL,
+    payload      text NOT NULL,
+    payload_hash text NOT NULL,
+    event_id     text NOT NULL UNIQUE,
+    UNIQUE (tenant, subject, scope_kind, scope_key, fact_key, key_seq)
+);
+CREATE INDEX IF NOT EXISTS toki_event_recorded ON toki_event (recorded_at);
+
+CREATE TABLE IF NOT EXISTS toki_version (
+    id           text PRIMARY KEY,
+    tenant       text NOT NULL,
+    subject      text NOT NULL,
+    scope_kind   text NOT NULL,
+    scope_key    text NOT NULL,
+    fact_key     text NOT NULL,
+    value        jsonb,
+    value_json   text NOT NULL,
+    valid_during tstzrange NOT NULL,
+    recorded_at  timestamptz NOT NULL,
+    source_id    text NOT NULL,
+    source_hash  text NOT NULL,
+    supersedes   text,
+    weight       double precision NOT NULL,
+    event_seq    bigint NOT NULL REFERENCES toki_event (seq)
+);
+CREATE INDEX IF NOT EXISTS toki_version_key
+    ON toki_version USING gist (tenant, subject, scope_kind, scope_key, fact_key, valid_during);
+
+CREATE OR REPLACE FUNCTION toki_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION '% is append-only: % is not allowed', TG_TABLE_NAME, TG_OP
+        USING ERRCODE = 'restrict_violation';
+END $$;
+CREATE OR REPLACE TRIGGER toki_event_append_only BEFORE UPDATE OR DELETE ON toki_event
+    FOR EACH ROW EXECUTE FUNCTION toki_append_only();
+CREATE OR REPLACE TRIGGER toki_event_no_truncate BEFORE TRUNCATE ON toki_event
+    FOR EACH STATEMENT EXECUTE FUNCTION toki_append_only();
+CREATE OR REPLACE TRIGGER toki_version_append_only BEFORE UPDATE OR DELETE ON toki_version
+    FOR EACH ROW EXECUTE FUNCTION toki_append_only();
+CREATE OR REPLACE TRIGGER toki_version_no_truncate BEFORE TRUNCATE ON toki_version
+    FOR EACH STATEMENT EXECUTE FUNCTION toki_append_only();
+
+CREATE TABLE IF NOT EXISTS toki_current (
+    tenant         text NOT NULL,
+    subject        text NOT NULL,
+    scope_kind     text NOT NULL,
+    scope_key      text NOT NULL,
+    fact_key       text NOT NULL,
+    value_hash     text NOT NULL,
+    version_ids    text[] NOT NULL,
+    open_conflicts integer NOT NULL,
+    open_intervals integer NOT NULL,
+    PRIMARY KEY (tenant, subject, scope_kind, scope_key, fact_key)
+);
+
+CREATE TABLE IF NOT EXISTS toki_adjudicated (
+    tenant       text NOT NULL,
+    subject      text NOT NULL,
+    scope_kind   text NOT NULL,
+    scope_key    text NOT NULL,
+    fact_key     text NOT NULL,
+    ord          integer NOT NULL,
+    version_id   text NOT NULL,
+    value        jsonb,
+    value_json   text NOT NULL,
+    valid_during tstzrange NOT NULL,
+    PRIMARY KEY (tenant, subject, scope_kind, scope_key, fact_key, ord),
+    CONSTRAINT toki_adjudicated_no_contradiction EXCLUDE USING gist (
+        tenant WITH =, subject WITH =, scope_kind WITH =, scope_key WITH =, fact_key WITH =,
+        valid_during WITH &&, value_json WITH <>
+    )
+);
+"""
+
+
+def _migration_1(cur: psycopg.Cursor[Any]) -> None:
+    """Events, versions, the per-key summary and the adjudicated projection."""
+    cur.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
+    cur.execute(_M1)
+    cur.execute("INSERT INTO toki_meta VALUES ('watermark', '0') ON CONFLICT DO NOTHING")
+
+
+MIGRATIONS = (_migration_1,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# ------------------------------------------------------------------------------ the store
+
+
+class PostgresStore:
+    """Durable events and projection in one PostgreSQL schema."""
+
+    def __init__(self, url: str, *, schema: str | None = None) -> None:
+        dsn, url_schema = _split_schema(url)
+        self.dsn = dsn
+        self.schema = schema or url_schema
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._conn = self._connect()
+        if self.schema is None:
+            row = self._conn.execute("SELECT current_schema()").fetchone()
+            if row is None or row[0] is None:
+                raise StoreError(
+                    f"url: {mask_dsn(dsn)} has no usable schema on its search_path "
+                    "(create one, or pass ?schema=NAME in the URL)"
+                )
+            self.schema = str(row[0])
+        self.url = dsn if schema is None and url_schema is None else _with_schema(dsn, self.schema)
+        self._migrate()
+
+    # -- connection -------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"url: cannot connect to PostgreSQL at {mask_dsn(self.dsn)}: "
+                f"{str(exc).strip()} (start a server, or point toki at one with "
+                "Memory.open('postgresql://user@host:port/db') or $TOKI_PG_DSN)"
+            ) from exc
+        conn.execute("SET TIME ZONE 'UTC'")
+        if self.schema is not None:
+            conn.execute(
+                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+            )
+            conn.execute(
+                sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self.schema))
+            )
+        return conn
+
+    def _live(self) -> psycopg.Connection[Any]:
+        """The connection, reopened if the server dropped it while no transaction was open."""
+        if self._conn.closed or self._conn.broken:
+            if self._depth:
+                raise StoreError(
+                    f"url: the connection to {mask_dsn(self.dsn)} was lost inside a write; "
+                    "nothing of that write was committed"
+                )
+            self._conn = self._connect()
+        return self._conn
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Map driver errors onto toki's hierarchy (constraint names; lost connections)."""
+        try:
+            yield
+        except pg_errors.IntegrityError as exc:
+            raise ConstraintViolation(_describe(exc)) from exc
+        except pg_errors.RestrictViolation as exc:
+            raise ConstraintViolation(str(exc).strip()) from exc
+        except psycopg.OperationalError as exc:
+            raise StoreError(
+                f"url: PostgreSQL at {mask_dsn(self.dsn)} failed: {str(exc).strip()}; "
+                "nothing uncommitted was kept"
+            ) from exc
+
+    def _migrate(self) -> None:
+        conn = self._conn
+        with self._errors(), conn.transaction(), conn.cursor() as cur:
+            cur.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_MIGRATE_CLASS, self.schema)
+            )
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS toki_meta (name text PRIMARY KEY, value text NOT NULL)"
+            )
+            row = cur.execute("SELECT value FROM toki_meta WHERE name='schema_version'").fetchone()
+            have = int(row[0]) if row else 0
+            if have > SCHEMA_VERSION:
+                raise StoreError(
+                    f"url: schema {self.schema!r} at {mask_dsn(self.dsn)} has toki schema "
+                    f"version {have}, newer than this toki ({SCHEMA_VERSION}); upgrade toki"
+                )
+            for number in range(have, SCHEMA_VERSION):
+                MIGRATIONS[number](cur)
+                cur.execute(
+                    "INSERT INTO toki_meta VALUES ('schema_version', %s) "
+                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                    (str(number + 1),),
+                )
+
+    # -- the protocol -----------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
+            conn = self._live()
+            with self._errors(), conn.transaction():
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, self.schema)
+                )
+                self._depth = 1
+                try:
+                    yield
+                finally:
+                    self._depth = 0
+
+    def write_lock(self) -> AbstractContextManager[None]:
+        return self._locked()
+
+    def append(
+        self,
+        events: Sequence[Event],
+        summaries: Mapping[FactKey, KeySummary],
+        watermark: int,
+        *,
+        replace: bool = False,
+    ) -> None:
+        with self._locked(), self._conn.cursor() as cur:
+            if events:
+                cur.executemany(
+                    "INSERT INTO toki_event VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                    [_event_row(e) for e in events],
+                )
+                versions = [_version_row(e) for e in events if e.kind is EventKind.ASSERT]
+                if versions:
+                    cur.executemany(
+                        "INSERT INTO toki_version VALUES (%s,%s,%s,%s,%s,%s,%s::jsonb,%s,"
+                        "tstzrange(%s,%s,'[)'),%s,%s,%s,%s,%s,%s) ON CONFLICT (id) DO NOTHING",
+                        versions,
+                    )
+            if replace:
+                cur.execute("DELETE FROM toki_adjudicated")
+                cur.execute("DELETE FROM toki_current")
+            elif summaries:
+                cols = list(zip(*(_key_row(k) for k in summaries), strict=True))
+                for table in ("toki_adjudicated", "toki_current"):
+                    cur.execute(
+                        sql.SQL(
+                            "DELETE FROM {} t USING unnest(%s::text[], %s::text[], %s::text[], "
+                            "%s::text[], %s::text[]) AS k(a, b, c, d, e) WHERE t.tenant = k.a "
+                            "AND t.subject = k.b AND t.scope_kind = k.c AND t.scope_key = k.d "
+                            "AND t.fact_key = k.e"
+                        ).format(sql.Identifier(table)),
+                        [list(c) for c in cols],
+                    )
+            if summaries:
+                cur.executemany(
+                    "INSERT INTO toki_current VALUES (%s,%s,%s,%s,%s,%s,%s::text[],%s,%s)",
+                    [
+                        (
+                            *_key_row(k),
+                            s.value_hash,
+                            list(s.version_ids),
+                            s.open_conflicts,
+                            s.open_intervals,
+                        )
+                        for k, s in summaries.items()
+                    ],
+                )
+                segments = [
+                    (*_key_row(k), i, vid, _jsonb(value), value, start, end)
+                    for k, s in summaries.items()
+                    for i, (vid, value, start, end) in enumerate(s.segments)
+                ]
+                if segments:
+                    try:
+                        with self._conn.transaction():  # a savepoint: name the key on failure
+                            cur.executemany(
+                                "INSERT INTO toki_adjudicated VALUES (%s,%s,%s,%s,%s,%s,%s,"
+                                "%s::jsonb,%s,tstzrange(%s,%s,'[)'))",
+                                segments,
+                            )
+                    except pg_errors.ExclusionViolation as exc:
+                        raise ConstraintViolation(_overlap_message(summaries, exc)) from exc
+            cur.execute(
+                "UPDATE toki_meta SET value = %s WHERE name = 'watermark'", (str(watermark),)
+            )
+
+    def load(self, after_seq: int = 0) -> Iterator[Event]:
+        with self._lock, self._errors():
+            rows = (
+                self._live()
+                .execute(
+                    "SELECT seq, key_seq, kind, payload, payload_hash, event_id FROM toki_event "
+                    "WHERE seq > %s ORDER BY seq",
+                    (after_seq,),
+                )
+                .fetchall()
+            )
+        for seq, key_seq, kind, payload, payload_hash, event_id in rows:
+            try:
+                yield event_from_record(
+                    {
+                        "seq": seq,
+                        "key_seq": key_seq,
+                        "kind": kind,
+                        "payload": payload,
+                        "payload_hash": payload_hash,
+                        "event_id": event_id,
+                    }
+                )
+            except (KeyError, ValueError) as exc:
+                raise IntegrityError(f"{self.url}: event seq {seq} is unreadable: {exc}") from exc
+
+    def last_seq(self) -> int:
+        with self._lock, self._errors():
+            row = self._live().execute("SELECT coalesce(max(seq), 0) FROM toki_event").fetchone()
+        return int(row[0]) if row else 0
+
+    def load_projection(self) -> tuple[int, dict[FactKey, KeySummary]]:
+        with self._lock, self._errors(), self._snapshot() as cur:
+            wm = cur.execute("SELECT value FROM toki_meta WHERE name = 'watermark'").fetchone()
+            rows = cur.execute(
+                f"SELECT {_KEY_COLS}, value_hash, version_ids, open_conflicts, open_intervals "
+                "FROM toki_current"
+            ).fetchall()
+            segs = cur.execute(
+                f"SELECT {_KEY_COLS}, version_id, value_json, valid_during FROM toki_adjudicated "
+                f"ORDER BY {_KEY_COLS}, ord"
+            ).fetchall()
+        by_key: dict[FactKey, list[tuple[str, str, str | None, str | None]]] = {}
+        for tenant, subject, kind, skey, fkey, vid, value, during in segs:
+            key = FactKey(tenant, subject, fkey, kind, skey)
+            by_key.setdefault(key, []).append((vid, value, *_bounds(during)))
+        out: dict[FactKey, KeySummary] = {}
+        for tenant, subject, kind, skey, fkey, value_hash, vids, conflicts, intervals in rows:
+            key = FactKey(tenant, subject, fkey, kind, skey)
+            out[key] = KeySummary(
+                value_hash, tuple(vids), conflicts, intervals, tuple(by_key.pop(key, ()))
+            )
+        for key, orphan in by_key.items():  # adjudicated rows without a summary: drift
+            out[key] = KeySummary("", (), 0, 0, tuple(orphan))
+        return int(wm[0]) if wm else 0, out
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[psycopg.Cursor[Any]]:
+        """A consistent read: inside the write lock its transaction, else a read-only one."""
+        conn = self._live()
+        if self._depth:
+            with conn.cursor() as cur:
+                yield cur
+            return
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield cur
+
+    def execute(self, query: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        """Run raw SQL in this store's schema (tests use it to prove triggers and constraints
+        hold and to corrupt projections). Driver errors are not mapped."""
+        with self._lock:
+            cur = self._live().execute(query.encode(), params)  # bytes: not a LiteralString
+            return list(cur.fetchall()) if cur.description else []
+
+    def backend_pid(self) -> int:
+        """The server process of this store's connection (tests terminate it)."""
+        with self._lock:
+            return int(self._live().info.backend_pid)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+# ------------------------------------------------------------------------------ rows
+
+
+def _split_schema(url: str) -> tuple[str, str | None]:
+    """Take toki's own `schema` query parameter off the URL (libpq would refuse it)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in query if k == "schema"), None)
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), schema or None
+
+
+def _with_schema(dsn: str, schema: str) -> str:
+    parts = urlsplit(dsn)
+    query = urlencode([*parse_qsl(parts.query, keep_blank_values=True), ("schema", schema)])
+    return urlunsplit(parts._replace(query=query))
+
+
+def _key_row(key: FactKey) -> tuple[str, str, str, str, str]:
+    return (key.tenant, key.subject, key.scope_kind, key.scope_key, key.fact_key)
+
+
+def _event_row(e: Event) -> tuple[Any, ...]:
+    return (
+        e.seq,
+        e.key_seq,
+        e.kind.value,
+        *_key_row(e.key),
+        e.recorded_at,
+        list(e.version_ids),
+        e.payload,
+        e.payload_hash,
+        e.event_id,
+    )
+
+
+def _version_row(e: Event) -> tuple[Any, ...]:
+    v = e.version
+    if v is None:  # pragma: no cover - event_from_record and make_event always set it
+        raise IntegrityError(f"event seq {e.seq}: an ASSERT without its version")
+    value_json = canonical_json(v.value)
+    return (
+        v.id,
+        *_key_row(v.key),
+        _jsonb(value_json),
+        value_json,
+        v.valid.start,
+        v.valid.end,
+        v.recorded_at,
+        v.source_id,
+        v.source_hash,
+        v.supersedes,
+        float(v.weight),
+        e.seq,
+    )
+
+
+def _jsonb(value_json: str) -> str | None:
+    """jsonb cannot hold \\u0000; such a value keeps only its exact text column."""
+    return None if "\\u0000" in value_json else value_json
+
+
+def _bounds(during: Range[datetime]) -> tuple[str | None, str | None]:
+    lo = None if during.lower is None else format_instant(parse_instant(during.lower))
+    hi = None if during.upper is None else format_instant(parse_instant(during.upper))
+    return lo, hi
+
+
+def _overlap_message(summaries: Mapping[FactKey, KeySummary], exc: psycopg.Error) -> str:
+    """Name the key and the two intervals that the EXCLUDE constraint refused."""
+    for key, s in summaries.items():
+        segs = s.segments
+        for i, (va, xa, sa, ea) in enumerate(segs):
+            for vb, xb, sb, eb in segs[i + 1 :]:
+                if xa != xb and _overlaps(sa, ea, sb, eb):
+                    return (
+                        f"toki_adjudicated: key {key} would hold {xa} ({va}) on [{sa}, {ea}) "
+                        f"and {xb} ({vb}) on [{sb}, {eb}), which overlap (constraint "
+                        "toki_adjudicated_no_contradiction); nothing was written"
+                    )
+    return f"toki_adjudicated: {_describe(exc)}; nothing was written"
+
+
+def _overlaps(sa: str | None, ea: str | None, sb: str | None, eb: str | None) -> bool:
+    lo = max((parse_instant(x) for x in (sa, sb) if x is not None), default=None)
+    hi = min((parse_instant(x) for x in (ea, eb) if x is not None), default=None)
+    return lo is None or hi is None or lo < hi
+
+
+def _describe(exc: psycopg.Error) -> str:
+    diag = exc.diag
+    parts = [str(diag.message_primary or exc).strip()]
+    if diag.message_detail:
+        parts.append(diag.message_detail)
+    if diag.constraint_name:
+        parts.append(f"constraint {diag.constraint_name}")
+    return "; ".join(parts)
