@@ -1,0 +1,327 @@
+"""PostgreSQL: append-only by trigger, tstzrange versions, the EXCLUDE constraint on the
+adjudicated projection, reconcile on reopen, staleness, and a writer whose server backend is
+terminated mid-write. Every test works in its own schema (fixture `pg_store`, conftest)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from toki import UNKNOWN, Claim, FactKey, Memory
+from toki.algebra import LWW
+from toki.errors import ConstraintViolation, StoreError
+from toki.log import EventKind
+from toki.replay import KeySummary
+from toki.store.postgres import SCHEMA_VERSION, PostgresStore, mask_dsn
+
+K = FactKey(tenant="t1", subject="u1", fact_key="city")
+StoreFactory = Callable[..., PostgresStore]
+
+
+def _fill(mem: Memory) -> None:
+    a = mem.assert_fact(
+        K,
+        "Lisbon",
+        valid_from="2026-01-01T00:00:00Z",
+        recorded_at="2026-02-01T00:00:00Z",
+        source_id="m1",
+    )
+    mem.supersede(
+        a,
+        "Berlin",
+        valid_from="2026-07-03T00:00:00Z",
+        recorded_at="2026-08-12T00:00:00Z",
+        source_id="m2",
+    )
+    mem.assert_fact(
+        K,
+        "Rome",
+        valid_from="2026-07-03T00:00:00Z",
+        recorded_at="2026-08-13T00:00:00Z",
+        source_id="m3",
+    )
+    mem.assert_fact(
+        FactKey(tenant="t1", subject="u1", fact_key="lived"),
+        "Lisbon",
+        valid_from=UNKNOWN,
+        valid_to="2025-01-01T00:00:00Z",
+        recorded_at="2026-02-01T00:00:00Z",
+        source_id="m4",
+    )
+
+
+def _url(dsn: str, schema: str) -> str:
+    return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+
+
+def test_memory_open_by_url_and_reopen_gives_the_same_state(
+    pg_store: StoreFactory, pg_dsn: str
+) -> None:
+    schema = pg_store().schema  # creates (and later drops) the schema
+    assert schema is not None
+    with Memory.open(_url(pg_dsn, schema)) as mem:
+        assert "schema=" + schema in mem.url
+        _fill(mem)
+        expected = (mem.state_hash(), mem.events(), mem.current(K))
+    with Memory.open(_url(pg_dsn, schema)) as again:
+        assert again.open_report is not None and again.open_report.ok
+        assert (again.state_hash(), again.events(), again.current(K)) == expected
+        assert again.reconcile().ok
+
+
+@pytest.mark.parametrize("table", ["toki_event", "toki_version"])
+def test_log_tables_reject_update_delete_and_truncate(pg_store: StoreFactory, table: str) -> None:
+    store = pg_store()
+    with Memory(store) as mem:
+        _fill(mem)
+        raw = pg_store(store.schema)
+        for stmt in (
+            f"UPDATE {table} SET recorded_at = now()",
+            f"DELETE FROM {table}",
+            f"TRUNCATE {table} CASCADE",
+        ):
+            verb = stmt.split()[0]
+            with pytest.raises(psycopg.errors.RestrictViolation, match=f"append-only: {verb}"):
+                raw.execute(stmt)
+        assert raw.last_seq() == len(mem.events())
+
+
+def test_versions_carry_their_valid_interval_as_a_tstzrange(pg_store: StoreFactory) -> None:
+    store = pg_store()
+    with Memory(store) as mem:
+        _fill(mem)
+        asserts = [e for e in mem.events() if e.kind is EventKind.ASSERT]
+        rows = {
+            r[0]: r[1:]
+            for r in store.execute(
+                "SELECT id, lower(valid_during), upper(valid_during), lower_inc(valid_during),"
+                " upper_inc(valid_during), value, recorded_at FROM toki_version"
+            )
+        }
+        assert len(rows) == len(asserts) == 4  # Lisbon, Berlin, Rome, lived
+        for e in asserts:
+            v = e.version
+            assert v is not None
+            lo, hi, lo_inc, hi_inc, value, recorded = rows[v.id]
+            assert (lo, hi) == (v.valid.start, v.valid.end)
+            assert lo_inc == (v.valid.start is not None) and not hi_inc  # '[)'
+            assert value == v.value and recorded == v.recorded_at
+        # one bound unknown, the other stated: the range is open below
+        (unbounded,) = store.execute(
+            "SELECT count(*) FROM toki_version WHERE lower_inf(valid_during) "
+            "AND NOT upper_inf(valid_during)"
+        )
+        assert unbounded == (1,)
+
+
+def test_adjudicated_rows_equal_the_segments_and_the_exclude_constraint_holds(
+    pg_store: StoreFactory,
+) -> None:
+    store = pg_store()
+    with Memory(store) as mem:
+        _fill(mem)
+        _, projection = store.load_projection()
+        assert projection == mem._snapshot.summaries()
+        (kind,) = store.execute(
+            "SELECT contype FROM pg_constraint WHERE conname = 'toki_adjudicated_no_contradiction'"
+            " AND connamespace = %s::regnamespace",
+            (store.schema,),
+        )
+        assert kind == ("x",)
+        # Berlin and Rome contradict (neither is adjudicated); "lived" stands alone
+        assert [r[0] for r in store.execute("SELECT fact_key FROM toki_adjudicated")] == ["lived"]
+        # by hand: a second value for "lived" overlapping the adjudicated Lisbon row
+        (row,) = store.execute(
+            "SELECT tenant, subject, scope_kind, scope_key, fact_key, valid_during "
+            "FROM toki_adjudicated"
+        )
+        with pytest.raises(psycopg.errors.ExclusionViolation):
+            store.execute(
+                "INSERT INTO toki_adjudicated VALUES (%s,%s,%s,%s,%s,99,'v-x','\"Oslo\"',"
+                "'\"Oslo\"',%s)",
+                row,
+            )
+
+
+def test_overlapping_contradictory_segments_are_a_constraint_violation_naming_the_key(
+    pg_store: StoreFactory,
+) -> None:
+    store = pg_store()
+    bad = KeySummary(
+        "h",
+        ("v-a", "v-b"),
+        0,
+        2,
+        (
+            ("v-a", '"Lisbon"', "2026-01-01T00:00:00Z", None),
+            ("v-b", '"Berlin"', "2026-07-03T00:00:00Z", "2026-09-01T00:00:00Z"),
+        ),
+    )
+    with pytest.raises(ConstraintViolation, match=r"Lisbon.*Berlin") as info:
+        store.append([], {K: bad}, 0)
+    assert str(K) in str(info.value) and "2026-07-03T00:00:00Z" in str(info.value)
+    assert store.load_projection() == (0, {})  # nothing of the write was kept
+    # equal values may overlap (two sources said the same thing): no contradiction
+    same = KeySummary("h", ("v-a", "v-b"), 0, 2, (bad.segments[0], ("v-b", '"Lisbon"', None, None)))
+    store.append([], {K: same}, 0)
+    assert store.load_projection() == (0, {K: same})
+
+
+def test_reopen_detects_and_rebuilds_a_corrupted_projection(pg_store: StoreFactory) -> None:
+    store = pg_store()
+    with Memory(store) as mem:
+        _fill(mem)
+        other = FactKey(tenant="t1", subject="u2", fact_key="city")
+        mem.assert_fact(other, "Oslo", recorded_at="2026-02-01T00:00:00Z", source_id="m9")
+    raw = pg_store(store.schema)
+    # one user's preference goes wrong; the total row count stays the same
+    raw.execute("UPDATE toki_current SET version_ids = '{}' WHERE subject = 'u2'")
+    raw.execute("DELETE FROM toki_adjudicated WHERE fact_key = 'lived'")
+    with Memory(pg_store(store.schema)) as mem:
+        report = mem.open_report
+        assert report is not None and not report.ok
+        diffs = {(d.key.subject, d.key.fact_key): d.fields for d in report.differences}
+        assert set(diffs) == {("u2", "city"), ("u1", "lived")}
+        assert "version_ids" in diffs["u2", "city"] and "segments" in diffs["u1", "lived"]
+        assert mem.reconcile().ok  # rebuilt from the log on open
+
+
+def test_a_second_connection_sees_staleness_until_it_catches_up(pg_store: StoreFactory) -> None:
+    schema = pg_store().schema
+    reader = Memory(pg_store(schema))
+    writer = Memory(pg_store(schema))
+    writer.assert_fact(K, "Lisbon", recorded_at="2026-02-01T00:00:00Z", source_id="m1")
+    assert reader.current(K, catch_up=False).kind == "stale"  # never a wrong value
+    assert reader.current(K).value == "Lisbon"
+    v = reader.assert_fact(K, "Lisbon", recorded_at="2026-02-01T00:00:00Z", source_id="m1")
+    assert len(reader.events()) == 1  # duplicate recognised across connections
+    writer.revoke(v, recorded_at="2026-03-01T00:00:00Z", reason="x")
+    assert reader.current(K).kind == "unknown"
+
+
+def test_newer_schema_is_refused(pg_store: StoreFactory) -> None:
+    store = pg_store()
+    store.execute("UPDATE toki_meta SET value = %s WHERE name = 'schema_version'", (str(99),))
+    with pytest.raises(
+        StoreError, match=f"schema version 99, newer than this toki \\({SCHEMA_VERSION}"
+    ):
+        pg_store(store.schema)
+
+
+def test_migrations_are_idempotent(pg_store: StoreFactory) -> None:
+    from toki.store.postgres import MIGRATIONS
+
+    store = pg_store()
+    with store._conn.transaction(), store._conn.cursor() as cur:
+        for migration in MIGRATIONS:
+            migration(cur)  # again, on a migrated schema: no error, nothing duplicated
+    assert store.execute("SELECT value FROM toki_meta WHERE name = 'schema_version'") == [
+        (str(SCHEMA_VERSION),)
+    ]
+
+
+def test_unreachable_server_is_a_store_error_with_the_password_masked() -> None:
+    dsn = "postgresql://alice:s3cret@127.0.0.1:1/nowhere"
+    with pytest.raises(StoreError) as info:
+        PostgresStore(dsn)
+    text = str(info.value)
+    assert "s3cret" not in text and "alice:***@127.0.0.1:1/nowhere" in text
+    assert "TOKI_PG_DSN" in text
+    assert mask_dsn("host=h password=x user=u") == "host=h password=*** user=u"
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from toki import Claim, FactKey, Memory
+    from toki.algebra import LWW
+    from toki.store.postgres import PostgresStore
+    store = PostgresStore(sys.argv[1], schema=sys.argv[2])
+    mem = Memory(store)
+    print(store.backend_pid(), flush=True)
+    i = 0
+    while True:  # LWW writes: DECISION + SUPERSEDE + ASSERT in one transaction
+        key = FactKey(tenant="t", subject=f"u{i % 5}", fact_key="city")
+        mem.write(Claim(key, f"city-{i}", f"m{i}", valid_from=f"2026-01-01T00:00:{i % 60:02d}Z",
+                        recorded_at=f"2026-02-01T{i // 3600 % 24:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z"),
+                  LWW)
+        i += 1
+    """
+)
+
+
+@pytest.mark.slow
+def test_terminated_backend_loses_nothing_committed_and_leaves_no_half_decision(
+    pg_store: StoreFactory, pg_dsn: str
+) -> None:
+    schema = pg_store().schema
+    assert schema is not None
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, pg_dsn, schema],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert proc.stdout is not None
+    pid = int(proc.stdout.readline())
+    watcher = pg_store(schema)
+    deadline = time.monotonic() + 60  # a hang guard, not an assertion about speed
+    while watcher.last_seq() < 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # wait until the writer is inside a write (holds the writer's advisory lock), then kill it
+    held: list[Any] = []
+    while not held and time.monotonic() < deadline:
+        held = watcher.execute(
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = %s", (pid,)
+        )
+    committed_before = watcher.last_seq()
+    assert held and committed_before >= 200
+    assert watcher.execute("SELECT pg_terminate_backend(%s)", (pid,)) == [(True,)]
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert b"toki.errors.StoreError" in err, err.decode()[-2000:]
+    with Memory(pg_store(schema)) as mem:
+        events = mem.events()
+        assert len(events) >= committed_before
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        for e in events:
+            e.verify()
+        asserted = {e.version_ids[0] for e in events if e.kind is EventKind.ASSERT}
+        kinds = {e.kind for e in events}
+        assert {EventKind.DECISION, EventKind.SUPERSEDE} <= kinds
+        for e in events:
+            if e.kind in (EventKind.DECISION, EventKind.SUPERSEDE, EventKind.CONFLICT_OPEN):
+                assert set(e.version_ids) <= asserted, e.describe()
+        # per write: the DECISION is followed by what it decided, all in one transaction
+        assert events[-1].kind is not EventKind.DECISION
+        assert mem.reconcile().ok and mem.open_report is not None and mem.open_report.ok
+        (n,) = pg_store(schema).execute("SELECT count(*) FROM toki_version")
+        assert n == (len(asserted),)
+
+
+def test_lww_writes_go_through_unchanged(pg_store: StoreFactory) -> None:
+    """The operator path (DECISION events) on PostgreSQL, checked against the in-memory store."""
+    claims = [
+        Claim(
+            K,
+            v,
+            f"m{i}",
+            valid_from=f"2026-{m:02d}-01T00:00:00Z",
+            recorded_at=f"2026-{r:02d}-02T00:00:00Z",
+        )
+        for i, (v, m, r) in enumerate([("Lisbon", 1, 2), ("Berlin", 7, 8), ("Rome", 6, 3)])
+    ]
+    on_pg, in_mem = Memory(pg_store()), Memory()
+    for c in claims:
+        assert on_pg.write(c, LWW) == in_mem.write(c, LWW)
+    assert on_pg.state_hash() == in_mem.state_hash()
+    on_pg.close()
