@@ -1,1 +1,1 @@
-"""Placeholder."""
+"""Experiment support: statistics for paired comparisons (`toki.experiments.stats`)."""

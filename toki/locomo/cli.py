@@ -1,4 +1,5 @@
-"""`toki locomo …` subcommands: fetch the data, describe it, run the flat baseline.
+"""`toki locomo …` subcommands: fetch the data, describe it, run the flat baseline and the
+ablations.
 
 `main(argv)` is self-contained so the top-level `toki` command can delegate to it and
 `python -m toki.locomo` works on its own.
@@ -13,6 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from toki.errors import DataError
+from toki.locomo.ablations import ABLATIONS, SEED, run_ablations
 from toki.locomo.data import LOCOMO_URL, fetch_locomo, load_locomo
 from toki.locomo.flat import run_flat_baseline
 
@@ -34,6 +36,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--limit", type=int)
     b.add_argument("--turns", action="store_true", help="also index raw turns")
     b.add_argument("--json", action="store_true")
+    a = sub.add_parser("ablate", help="typed-layer, audit-row and operator ablations")
+    a.add_argument("--path")
+    a.add_argument(
+        "--ablation",
+        choices=ABLATIONS,
+        action="append",
+        help="run only this ablation (repeatable; default: all)",
+    )
+    a.add_argument("--limit", type=int, help="only the first N conversations")
+    a.add_argument("-k", type=int, default=5)
+    a.add_argument("--seed", type=int, default=SEED)
+    a.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    a.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "fetch":
@@ -59,6 +74,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else "\n".join(f"{k}: {v}" for k, v in info.items())
             )
             return 0
+        if args.cmd == "ablate":
+            rows = run_ablations(
+                ds,
+                ablations=args.ablation or ABLATIONS,
+                limit=args.limit,
+                k=args.k,
+                seed=args.seed,
+                resamples=args.resamples,
+            )
+            if args.json:
+                print(json.dumps(rows, indent=2))
+            else:
+                for r in rows:
+                    print(_ablation_line(r))
+            return 0
         cats = tuple(int(c) for c in args.categories.split(",") if c.strip())
         rows = run_flat_baseline(
             ds, k=args.k, categories=cats, limit=args.limit, include_turns=args.turns
@@ -76,3 +106,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DataError as e:
         print(f"toki locomo: {e}", file=sys.stderr)
         return 2
+
+
+def _ablation_line(r: dict[str, object]) -> str:
+    """One human-readable line per ablation row."""
+
+    def f(x: object) -> str:
+        return f"{x:.3f}" if isinstance(x, float) else str(x)
+
+    head = f"{r['ablation']:<11} {r['slice']:<14} cat={f(r['category']):<3} n={f(r['n']):<5}"
+    if r["kind"] == "comparison":
+        return (
+            f"{head} {r['variant']} - {r['baseline']}: {f(r['score'])} "
+            f"[{f(r['ci_low'])}, {f(r['ci_high'])}] McNemar p={r['mcnemar_p']:.2g} "
+            f"power={f(r['power_mcnemar'])}"
+        )
+    return f"{head} {r['variant']}: {f(r['score'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]"
