@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from toki.errors import DataNotFound
-from toki.locomo import LocomoDataset, load_locomo
+from toki.locomo import LocomoDataset, load_locomo, parse_locomo
 
 
 @pytest.fixture(scope="session")
@@ -81,3 +81,55 @@ SYNTHETIC: dict[str, Any] = {
 def synthetic() -> list[dict[str, Any]]:
     """A fresh deep copy of one invented sample, as a file would hold it (a list)."""
     return [copy.deepcopy(SYNTHETIC)]
+
+
+def _obs(text: str, ev: str) -> list[str]:
+    return [text, ev]
+
+
+def invented_dataset() -> LocomoDataset:
+    """Three sessions; Ada's job changes twice, her cat is stated once, Bo's city once."""
+    sample: dict[str, Any] = {
+        "sample_id": "inv",
+        "conversation": {
+            "speaker_a": "Ada", "speaker_b": "Bo",
+            "session_1_date_time": "10:00 am on 1 March, 2021",
+            "session_1": [{"speaker": "Ada", "dia_id": "D1:1", "text": "x"},
+                          {"speaker": "Bo", "dia_id": "D1:2", "text": "y"}],
+            "session_2_date_time": "10:00 am on 1 June, 2021",
+            "session_2": [{"speaker": "Ada", "dia_id": "D2:1", "text": "x"}],
+            "session_3_date_time": "10:00 am on 1 September, 2021",
+            "session_3": [{"speaker": "Ada", "dia_id": "D3:1", "text": "x"},
+                          {"speaker": "Ada", "dia_id": "D3:2", "text": "y"}],
+        },
+        "observation": {
+            "session_1_observation": {
+                "Ada": [_obs("Ada works as a baker in Lyon.", "D1:1"),
+                        _obs("Ada adopted a grey cat named Pixel.", "D1:1")],
+                "Bo": [_obs("Bo lives in Oslo.", "D1:2")],
+            },
+            "session_2_observation": {"Ada": [_obs("Ada works as a nurse in Paris.", "D2:1")]},
+            "session_3_observation": {
+                "Ada": [_obs("Ada works as a pilot now.", "D3:1"),
+                        _obs("Ada ran a marathon yesterday.", "D3:2")],
+            },
+        },
+        "event_summary": {},
+        "qa": [
+            {"question": "When did Ada run a marathon?", "answer": "31 August 2021",
+             "evidence": ["D3:2"], "category": 2},
+            {"question": "What is Ada's job?", "answer": "pilot", "evidence": ["D3:1"],
+             "category": 4},
+            {"question": "Where did Ada work as a baker?", "answer": "Lyon",
+             "evidence": ["D1:1"], "category": 4},
+            {"question": "Where does Bo live?", "answer": "Oslo", "evidence": ["D1:2"],
+             "category": 4},
+        ],
+    }
+    return parse_locomo([sample])
+
+
+@pytest.fixture
+def invented() -> LocomoDataset:
+    """An invented three-session conversation whose facts change (for the typed layer)."""
+    return invented_dataset()

@@ -57,7 +57,7 @@ PREDICATE_SKIP: frozenset[str] = STOP_WORDS | frozenset(
     feel feels felt found finds wants want wanted likes like loves enjoys enjoyed decided
     tried trying excited thinking considering hoping hopes looking forward new last next
     week weekend weekends year years month months day days yesterday today tonight ago soon
-    morning evening night first time lot
+    morning evening night first time lot as also well even
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
 
@@ -71,7 +71,8 @@ IRREGULAR: Mapping[str, str] = {
     "sang": "sing", "sung": "sing", "left": "leave", "lost": "lose", "kept": "keep",
     "told": "tell", "thought": "think", "brought": "bring", "taught": "teach",
     "built": "build", "spent": "spend", "sent": "send", "held": "hold", "led": "lead",
-    "joined": "join", "had": "have", "did": "do", "done": "do", "was": "be", "were": "be",
+    "joined": "join", "had": "have", "has": "have", "goes": "go", "does": "do", "did": "do",
+    "done": "do", "was": "be", "were": "be",
 }  # fmt: skip
 
 _WORDS = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")

@@ -1,0 +1,133 @@
+"""The ablations: determinism, slices, controls, CLI; invented data and (when present) the
+real file with a small --limit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toki.locomo import LocomoDataset
+from toki.locomo.ablations import (
+    ABLATIONS,
+    OverwriteMemory,
+    ablate_audit_rows,
+    ablate_operator,
+    ablate_typed_layer,
+    as_of_questions,
+    gold_as_of,
+    run_ablations,
+)
+from toki.locomo.cli import main
+from toki.locomo.typed import RuleExtractor, build_typed_memory
+
+REQUIRED = {"ablation", "variant", "category", "n", "score", "ci_low", "ci_high"}
+
+
+def test_as_of_slices_on_invented_data(invented: LocomoDataset) -> None:
+    tm = build_typed_memory(invented.conversations[0], extractor=RuleExtractor(n_words=1))
+    qs = as_of_questions(tm)
+    sup = [q for q in qs if q.slice == "superseded"]
+    # Ada's "work" was stated in sessions 1, 2, 3: sessions 1 and 2 were superseded later
+    assert sorted((q.key.fact_key, q.session) for q in sup) == [("work", 1), ("work", 2)]
+    assert [q.gold for q in sorted(sup, key=lambda q: q.session)] == [
+        "Ada works as a baker in Lyon.",
+        "Ada works as a nurse in Paris.",
+    ]
+    latest = [q for q in qs if q.slice == "control_latest"]
+    assert [(q.key.fact_key, q.session) for q in latest] == [("work", 3)]
+    assert all(q.slice == "control_single" for q in qs if q.key.fact_key != "work")
+    over = OverwriteMemory.from_typed(tm)
+    for q in qs:
+        toki = tm.memory.resolve_at(q.key, q.at, q.at).value
+        assert toki == q.gold
+        assert (over.resolve_at(q.key) == q.gold) == (q.slice != "superseded")
+
+
+def test_ablations_on_invented_data_are_deterministic(invented: LocomoDataset) -> None:
+    ds = invented
+    a = run_ablations(ds, resamples=300)
+    b = run_ablations(ds, resamples=300)
+    assert a == b
+    assert {r["ablation"] for r in a} == set(ABLATIONS)
+    for r in a:
+        assert r.keys() >= REQUIRED
+        assert r["ci_low"] <= r["score"] <= r["ci_high"]
+
+
+def _check_audit_rows(rows: list[dict[str, object]]) -> None:
+    by = {(r["variant"], r["slice"], r["kind"]): r for r in rows}
+    for control in ("control_single", "control_latest"):
+        if ("dual_row", control, "score") in by:
+            d, o = by[("dual_row", control, "score")], by[("overwrite", control, "score")]
+            assert d["score"] == o["score"] and d["n"] == o["n"]
+            cmp = by[("dual_row", control, "comparison")]
+            assert cmp["score"] == 0.0 and cmp["mcnemar_p"] == 1.0
+
+
+def test_superseded_slice_only_holds_superseded_evidence(real_dataset: LocomoDataset) -> None:
+    for conv in real_dataset.conversations[:2]:
+        tm = build_typed_memory(conv)
+        qs = as_of_questions(tm)
+        assert any(q.slice == "superseded" for q in qs)
+        for q in qs:
+            versions = [f for f in tm.facts if f.key == q.key]
+            later = [f for f in versions if f.session > q.session]
+            stated_then = [f for f in versions if f.session == q.session]
+            assert stated_then, "every as-of question asks about a session that stated the key"
+            if q.slice == "superseded":
+                assert any(f.claim.text != q.gold for f in later)
+            else:
+                assert not any(f.claim.text != q.gold for f in later)
+            assert gold_as_of(tm, q.key, q.at) == q.gold
+
+
+@pytest.mark.parametrize("name", ABLATIONS)
+def test_each_ablation_small_subset_is_deterministic(
+    real_dataset: LocomoDataset, name: str
+) -> None:
+    fn = {
+        "typed_layer": ablate_typed_layer,
+        "audit_rows": ablate_audit_rows,
+        "operator": ablate_operator,
+    }[name]
+    a = fn(real_dataset, limit=1, resamples=300)
+    b = fn(real_dataset, limit=1, resamples=300)
+    assert a == b
+    assert a and all(r.keys() >= REQUIRED for r in a)
+    variants = {r["variant"] for r in a if r["kind"] == "score"}
+    expected = {
+        "typed_layer": {"typed", "flat"},
+        "audit_rows": {"dual_row", "overwrite"},
+        "operator": {"LWW", "EWM", "AWAIT", "RULE"},
+    }[name]
+    assert variants == expected
+    if name == "typed_layer":
+        cats = {r["category"] for r in a}
+        assert "all" in cats and cats <= {1, 2, 3, 4, "all"}
+        n_all = next(r["n"] for r in a if r["category"] == "all" and r["kind"] == "score")
+        conv = real_dataset.conversations[0]
+        assert n_all == sum(1 for q in conv.qa if int(q.category) <= 4)
+    if name == "audit_rows":
+        _check_audit_rows(a)
+        sup = next(r for r in a if r["slice"] == "superseded" and r["variant"] == "overwrite")
+        assert sup["score"] == 0.0  # overwrite serves the later value: never the old belief
+    if name == "operator":
+        # on keys stated once no operator has anything to decide: all agree
+        single = [r for r in a if r["slice"] == "control_single" and r["kind"] == "score"]
+        assert len({r["score"] for r in single}) == 1
+
+
+def test_cli_ablate_json_limit(
+    real_dataset: LocomoDataset, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(["ablate", "--json", "--limit", "1", "--ablation", "audit_rows", "--resamples", "200"])
+        == 0
+    )
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["ablation"] for r in rows} == {"audit_rows"}
+    assert all(r.keys() >= REQUIRED for r in rows)
+    cmp = [r for r in rows if r["kind"] == "comparison"]
+    assert cmp and all({"mcnemar_p", "power_mcnemar", "baseline"} <= r.keys() for r in cmp)
+    _check_audit_rows(rows)
