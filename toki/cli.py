@@ -111,7 +111,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 # Subcommands with their own argument parser: everything after the name is theirs.
-_DELEGATED = {"locomo": "toki.locomo.cli"}
+_DELEGATED = {"locomo": "toki.locomo.cli", "prove": "toki.formal.cli"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

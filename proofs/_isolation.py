@@ -1,0 +1,46 @@
+"""Shared driver of the four isolation-soundness statements."""
+
+from __future__ import annotations
+
+import z3
+
+from toki.formal.encoding import History, Variant
+from toki.formal.prover import refute
+from toki.formal.result import ProofResult, Status
+from toki.isolation import Isolation
+
+K = 3
+
+
+def isolation(
+    name: str,
+    operator: str,
+    level: Isolation,
+    *,
+    k: int = K,
+    expected: Status = Status.PROVED,
+    variant: Variant | None = None,
+    false_variant_of: str | None = None,
+    notes: str = "",
+) -> ProofResult:
+    variant = Variant() if variant is None else variant
+    h = History(k, level, operator, policy_txn=operator == "RULE", variant=variant)
+    statement = (
+        f"{operator} at {level.value}: no history of ≤{k} claim transactions admits N1, N2 or N3"
+    )
+    bounds = h.bounds()
+    if variant != Variant():
+        bounds["variant"] = {
+            f: getattr(variant, f) for f in ("no_conflict", "audit_write", "locked_decision")
+        }
+    return refute(
+        name,
+        statement,
+        h.axioms,
+        z3.Or(h.n1(), h.n2(), h.n3()),
+        expected=expected,
+        bounds=bounds,
+        describe=h.describe,
+        false_variant_of=false_variant_of,
+        notes=notes,
+    )

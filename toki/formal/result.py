@@ -1,0 +1,58 @@
+"""The outcome of one z3 proof: a frozen value that the runner prints and serialises.
+
+A statement is *proved* when the negation of its claim is unsatisfiable within the printed
+bounds (or with no bound, for the algebraic lemmas); *counterexample* when z3 found a model
+of the negation, which is kept as plain JSON-able data (and as a replayable scenario).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ProofResult", "Status"]
+
+
+class Status(enum.Enum):
+    PROVED = "proved"
+    COUNTEREXAMPLE = "counterexample"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class ProofResult:
+    """name, status, what was expected, the bounds it holds within, how long z3 took, and
+    (for a counterexample) the model and the concrete scenario it stands for."""
+
+    name: str
+    statement: str
+    status: Status
+    expected: Status
+    bounds: dict[str, Any]
+    seconds: float
+    model: dict[str, Any] | None = None
+    scenario: dict[str, Any] | None = None
+    false_variant_of: str | None = None
+    notes: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """The status is what the statement (or false variant) says it should be."""
+        return self.status is self.expected
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "statement": self.statement,
+            "status": self.status.value,
+            "expected": self.expected.value,
+            "ok": self.ok,
+            "bounds": dict(self.bounds),
+            "seconds": round(self.seconds, 4),
+            "model": self.model,
+            "scenario": self.scenario,
+            "false_variant_of": self.false_variant_of,
+            "notes": self.notes,
+        }
