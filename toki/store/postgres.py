@@ -283,16 +283,20 @@ class PostgresStore:
     ) -> None:
         with self._locked(), self._conn.cursor() as cur:
             if events:
-                cur.executemany(
-                    "INSERT INTO toki_event VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                    [_event_row(e) for e in events],
-                )
+                with cur.copy("COPY toki_event FROM STDIN") as copy:
+                    for e in events:
+                        copy.write_row(_event_row(e))
                 versions = [_version_row(e) for e in events if e.kind is EventKind.ASSERT]
-                if versions:
-                    cur.executemany(
-                        "INSERT INTO toki_version VALUES (%s,%s,%s,%s,%s,%s,%s::jsonb,%s,"
-                        "tstzrange(%s,%s,'[)'),%s,%s,%s,%s,%s,%s) ON CONFLICT (id) DO NOTHING",
-                        versions,
+                if versions:  # one statement; a version asserted again keeps its first row
+                    cur.execute(
+                        "INSERT INTO toki_version SELECT id, t, s, sk, skey, fk, v::jsonb, vj, "
+                        "tstzrange(lo, hi, '[)'), rec, src, sh, sup, w, seq FROM unnest("
+                        "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
+                        "%s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
+                        "%s::timestamptz[], %s::text[], %s::text[], %s::text[], "
+                        "%s::float8[], %s::bigint[]) AS x(id, t, s, sk, skey, fk, v, vj, lo, hi, "
+                        "rec, src, sh, sup, w, seq) ON CONFLICT (id) DO NOTHING",
+                        [list(c) for c in zip(*versions, strict=True)],
                     )
             if replace:
                 cur.execute("DELETE FROM toki_adjudicated")
