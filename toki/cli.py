@@ -85,6 +85,93 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_explore(args: argparse.Namespace) -> int:
+    """Explore interleavings of a system model's agents; with --check, check every run."""
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from toki.check.runner import explore_system, make_strategy, make_workload
+    from toki.isolation import Isolation
+    from toki.systems.base import SimJudge
+    from toki.systems.registry import get_system
+
+    system = get_system(args.system)
+    faults = [f for f in (args.faults or "").split(",") if f]
+    workload = make_workload(args.workload, args.agents, args.claims, args.seed, args.keys, faults)
+    strategy = make_strategy(args.strategy, args.seed, args.depth, args.preemptions)
+    level = Isolation.parse(args.isolation) if args.isolation else None
+    with tqdm(
+        total=args.budget,
+        disable=args.json or args.quiet,
+        desc="explore",
+        unit="schedule",
+        file=sys.stderr,
+    ) as bar:
+        report = explore_system(
+            system,
+            workload,
+            strategy,
+            level=level,
+            budget=args.budget,
+            check=args.check,
+            judge=SimJudge(args.p, args.seed),
+            progress=bar.update,
+        )
+    saved = {}
+    if args.witness_dir and report.witnesses:
+        for name, w in report.witnesses.items():
+            saved[name] = str(w.save(Path(args.witness_dir) / f"{system.name}-{name}.json"))
+    data = report.to_json()
+    data["witness_files"] = saved
+    if not args.check:
+        data.pop("anomalies")
+    if args.json:
+        _print_json(data)
+    else:
+        for k, v in data.items():
+            print(f"{k}: {v}")
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """Check a history file for N1/N2/N3 (where it holds what each needs) and Adya."""
+    from toki.check.runner import check_history_file
+    from toki.history import read_history
+
+    result = check_history_file(read_history(args.file))
+    if args.json:
+        _print_json(result)
+    else:
+        for name, res in result["checks"].items():
+            print(f"{name}: {res}")
+        for name, why in result["could_not_run"].items():
+            print(f"{name}: could not run: {why}")
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    """Re-run a witness step by step and say whether the anomaly reproduced."""
+    from toki.check.witness import Witness, explain, replay_witness
+    from toki.systems.registry import get_system
+
+    witness = Witness.load(args.witness)
+    system = get_system(witness.system)
+    run, verdict = replay_witness(witness, system)
+    if args.json:
+        _print_json(
+            {
+                "reproduced": verdict.found,
+                "verdict": verdict.to_json(),
+                "steps": explain(witness, run, system),
+            }
+        )
+    else:
+        print("\n".join(explain(witness, run, system)))
+        print(f"reproduced: {verdict.found}")
+    return 0 if verdict.found else 1
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toki",
@@ -107,6 +194,38 @@ def _build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--json", action="store_true")
     cal.add_argument("--quiet", action="store_true", help="no progress bar")
     cal.set_defaults(handler=_cmd_calibrate)
+
+    exp = sub.add_parser("explore", help="explore interleavings of a system model's agents")
+    exp.add_argument("--system", default="toki", help="a model name (see docs/systems.md)")
+    exp.add_argument(
+        "--strategy", default="dpor", choices=["dpor", "random", "pct", "bounded", "exhaustive"]
+    )
+    exp.add_argument("--workload", help="a named scenario (default: synthetic)")
+    exp.add_argument("--agents", type=int, default=2)
+    exp.add_argument("--claims", type=int, default=2, help="claims per agent (synthetic)")
+    exp.add_argument("--keys", type=int, default=1, help="keys (synthetic)")
+    exp.add_argument("--faults", help="comma-separated: duplicate:<agent>, clock-rollback:<n>")
+    exp.add_argument("--isolation", help="override the model's isolation level")
+    exp.add_argument("--seed", type=int, default=0)
+    exp.add_argument("--p", type=float, default=0.5, help="judge's vote for the challenger")
+    exp.add_argument("--depth", type=int, default=3, help="PCT depth")
+    exp.add_argument("--preemptions", type=int, default=2, help="bounded DFS preemptions")
+    exp.add_argument("--budget", type=int, default=1000, help="maximum schedules")
+    exp.add_argument("--check", action="store_true", help="check every run for anomalies")
+    exp.add_argument("--witness-dir", help="save the shortest witness of each anomaly here")
+    exp.add_argument("--json", action="store_true")
+    exp.add_argument("--quiet", action="store_true")
+    exp.set_defaults(handler=_cmd_explore)
+
+    chk = sub.add_parser("check", help="check a history file (JSONL) for anomalies")
+    chk.add_argument("file")
+    chk.add_argument("--json", action="store_true")
+    chk.set_defaults(handler=_cmd_check)
+
+    rep = sub.add_parser("replay", help="re-run a witness step by step")
+    rep.add_argument("witness")
+    rep.add_argument("--json", action="store_true")
+    rep.set_defaults(handler=_cmd_replay)
     return parser
 
 

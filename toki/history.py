@@ -1,0 +1,253 @@
+"""Recorded histories and their JSONL exchange format (documented in docs/history-format.md).
+
+Line 1 is a header; every other line is one record:
+
+    {"format": "toki-history", "version": 1, "system": "toki-ewm", "isolation": "snapshot",
+     "workload": {...} | null, "strategy": "dpor", "seeds": [0], "schedule": [0, 1, ...],
+     "judge_seed": 0, "recovery_seed": 1}
+    {"type": "op", "txn": 1, "agent": 0, "kind": "read", "key": ["cur", "u:city"],
+     "value": {...}, "version": 3, "at": 2}
+    {"type": "belief", "at": 7, "key": "u:city", "value": "Berlin"}
+    {"type": "final", "beliefs": {"u:city": {"value": "Berlin"}}}
+    {"type": "recovered", "beliefs": {...}}
+    {"type": "recoverable", "key": "u:city", "values": ["Berlin", "Lisbon"]}
+
+`op` records are the transactions (kinds begin, read, write, delete, commit, abort; `version`
+names the version a read saw — the `at` of the write that made it — or null for the initial
+state, i.e. data present before the history begins). `belief` records say what the live system believed or served at logical time `at`.
+A file from the simulator carries its workload and schedule, so `toki check` can re-run it;
+a file exported from another system carries what it has, and the checks that need more say
+why they could not run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toki.errors import HistoryFormatError
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "HistoryFile",
+    "OpRecord",
+    "read_history",
+    "run_to_records",
+    "to_adya",
+    "write_history",
+]
+
+FORMAT = "toki-history"
+VERSION = 1
+OP_KINDS = ("begin", "read", "write", "delete", "commit", "abort", "select")
+
+
+@dataclass(frozen=True, slots=True)
+class OpRecord:
+    txn: Any
+    kind: str
+    at: int
+    agent: Any = None
+    key: Any = None
+    value: Any = None
+    version: Any = None
+    line: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryFile:
+    header: Mapping[str, Any]
+    ops: tuple[OpRecord, ...] = ()
+    beliefs: tuple[tuple[int, str, Any], ...] = ()
+    final: Mapping[str, Any] | None = None
+    recovered: Mapping[str, Any] | None = None
+    recoverable: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _err(line: int, problem: str, fix: str = "") -> HistoryFormatError:
+    return HistoryFormatError(f"line {line}", problem, fix)
+
+
+def read_history(path: str | Path) -> HistoryFile:
+    """Parse and validate a history file; every problem is reported with its line number.
+
+    A file with any problem raises HistoryFormatError listing all of them: a partially valid
+    file is never half-checked silently."""
+    text = Path(path).read_text(encoding="utf-8")
+    return parse_history(text.splitlines(keepends=True), source=str(path))
+
+
+def parse_history(lines: Sequence[str], source: str = "<history>") -> HistoryFile:
+    problems: list[str] = []
+    records: list[tuple[int, dict[str, Any]]] = []
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            last = i == len(lines) and not raw.endswith("\n")
+            what = "truncated last line" if last else f"not JSON ({exc.msg})"
+            problems.append(f"line {i}: {what}")
+            continue
+        if not isinstance(data, dict):
+            problems.append(f"line {i}: a record must be a JSON object")
+            continue
+        records.append((i, data))
+    if not records or records[0][1].get("format") != FORMAT:
+        first = records[0][0] if records else 1
+        problems.insert(
+            0,
+            f"line {first}: missing header "
+            f'(the first line must be {{"format": "{FORMAT}", "version": 1, ...}})',
+        )
+        raise HistoryFormatError(source, "; ".join(problems))
+    header_line, header = records[0]
+    if header.get("version") != VERSION:
+        problems.append(
+            f"line {header_line}: unsupported version {header.get('version')!r} "
+            f"(this toki reads version {VERSION})"
+        )
+    ops: list[OpRecord] = []
+    beliefs: list[tuple[int, str, Any]] = []
+    final = recovered = None
+    recoverable: dict[str, tuple[str, ...]] = {}
+    begun: set[Any] = set()
+    written: set[Any] = set()
+    last_at = None
+    for i, data in records[1:]:
+        kind = data.get("type")
+        if kind == "op":
+            op_kind = data.get("kind")
+            at = data.get("at")
+            if op_kind not in OP_KINDS:
+                problems.append(f"line {i}: unknown op kind {op_kind!r} (use one of {OP_KINDS})")
+                continue
+            if not isinstance(at, int):
+                problems.append(f"line {i}: op needs an integer 'at' (logical time)")
+                continue
+            if last_at is not None and at < last_at:
+                problems.append(f"line {i}: times out of order ({at} after {last_at})")
+            last_at = at
+            txn = data.get("txn")
+            if op_kind == "begin":
+                if txn in begun:
+                    problems.append(f"line {i}: duplicate transaction id {txn!r}")
+                begun.add(txn)
+            elif txn not in begun:
+                problems.append(f"line {i}: transaction {txn!r} used before its begin")
+            if op_kind in ("write", "delete"):
+                written.add(at)
+            if (
+                op_kind == "read"
+                and data.get("version") is not None
+                and data["version"] not in written
+            ):
+                problems.append(
+                    f"line {i}: read of unknown version {data['version']!r} "
+                    "(no earlier write has that 'at')"
+                )
+            ops.append(
+                OpRecord(
+                    txn,
+                    op_kind,
+                    at,
+                    data.get("agent"),
+                    _key(data.get("key")),
+                    data.get("value"),
+                    data.get("version"),
+                    i,
+                )
+            )
+        elif kind == "belief":
+            if not isinstance(data.get("at"), int) or not isinstance(data.get("key"), str):
+                problems.append(f"line {i}: belief needs integer 'at' and string 'key'")
+                continue
+            beliefs.append((data["at"], data["key"], data.get("value")))
+        elif kind == "final":
+            final = data.get("beliefs")
+        elif kind == "recovered":
+            recovered = data.get("beliefs")
+        elif kind == "recoverable":
+            recoverable[str(data.get("key"))] = tuple(str(v) for v in data.get("values", ()))
+        else:
+            problems.append(
+                f"line {i}: unknown record type {kind!r} "
+                "(op, belief, final, recovered, recoverable)"
+            )
+    if problems:
+        raise HistoryFormatError(source, "; ".join(problems), "see docs/history-format.md")
+    return HistoryFile(header, tuple(ops), tuple(beliefs), final, recovered, recoverable)
+
+
+def _key(key: Any) -> Any:
+    return tuple(_key(k) for k in key) if isinstance(key, list) else key
+
+
+def _json_key(key: Any) -> Any:
+    return [_json_key(k) for k in key] if isinstance(key, tuple) else key
+
+
+def run_to_records(ops: Iterable[Any]) -> list[dict[str, Any]]:
+    """Simulator `Op`s (toki.sim.store) as op records."""
+    out = []
+    for op in ops:
+        kind = op.kind.value
+        if kind == "select":
+            continue  # predicate reads are not part of the exchange format's item model
+        rec: dict[str, Any] = {"type": "op", "txn": op.txn, "kind": kind, "at": op.step}
+        if op.key is not None:
+            rec["key"] = _json_key(op.key)
+        if kind in ("read", "write"):
+            rec["value"] = op.value
+        if kind == "read":  # the initial data (writer 0) is the initial state: null
+            rec["version"] = None if not op.writer else op.version
+        out.append(rec)
+    return out
+
+
+def write_history(
+    path: str | Path, header: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
+) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        fh.write(
+            json.dumps(
+                {"format": FORMAT, "version": VERSION, **header}, sort_keys=True, default=str
+            )
+            + "\n"
+        )
+        for rec in records:
+            fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
+    return path
+
+
+def to_adya(history: HistoryFile) -> Any:
+    """The op records as the Adya checker's input: versions named by the `at` of their write,
+    so written values are unique per key; the version order is the commit order."""
+    from toki.check.adya import History, Op, Txn
+
+    ops_by_txn: dict[Any, list[Any]] = {}
+    status: dict[Any, Any] = {}
+    order: dict[Any, list[Any]] = {}
+    last_write: dict[Any, dict[Any, Any]] = {}
+    for rec in history.ops:
+        key = json.dumps(_json_key(rec.key)) if rec.key is not None else ""
+        if rec.kind == "read":
+            ops_by_txn.setdefault(rec.txn, []).append(Op("r", key, rec.version))
+        elif rec.kind in ("write", "delete"):
+            ops_by_txn.setdefault(rec.txn, []).append(Op("w", key, rec.at))
+            last_write.setdefault(rec.txn, {})[key] = rec.at
+        elif rec.kind == "commit":
+            status[rec.txn] = "ok"
+            for k, version in last_write.get(rec.txn, {}).items():
+                order.setdefault(k, []).append(version)
+        elif rec.kind == "abort":
+            status[rec.txn] = "fail"
+    txns = [Txn(t, None, tuple(ops), status.get(t, "info")) for t, ops in ops_by_txn.items()]
+    return History(tuple(txns), order)
