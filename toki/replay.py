@@ -77,7 +77,8 @@ class KeySummary:
     open_intervals: int
     # The adjudicated projection: ACTIVE versions that contradict no other ACTIVE version,
     # as (version id, value JSON, effective start, effective end) with RFC 3339 bounds.
-    # Within a key these never overlap (a database can enforce it with an EXCLUDE constraint).
+    # Within a key no two different values overlap (two sources may agree on one value over
+    # overlapping periods); PostgreSQL enforces it with EXCLUDE (… value WITH <>, range &&).
     segments: tuple[tuple[str, str, str | None, str | None], ...] = ()
 
     def to_json(self) -> dict[str, Any]:

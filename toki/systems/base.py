@@ -119,8 +119,10 @@ def build_program(
     judge: SimJudge | None = None,
     crash_budget: int = 0,
     max_steps: int = 10_000,
+    store_factory: Callable[..., SimStore] = SimStore,
 ) -> Program:
     """A replayable program: fresh store (the model's initial rows), one agent per inbox.
+    `store_factory` lets a test substitute a deliberately broken store (tests/mutants).
 
     The workload's named faults become scheduler choices: `duplicate:<agent>` re-delivers
     the agent's first claim at the end of its inbox."""
@@ -136,7 +138,7 @@ def build_program(
             for i in range(len(inboxes))
         )
         faults = tuple(_fault(name, inboxes, switches) for name in workload.faults)
-        return World(SimStore(chosen, initial=initial), agents, faults)
+        return World(store_factory(chosen, initial=initial), agents, faults)
 
     name = f"{system.name}/{workload.name}/{chosen.value}"
     return Program(name, build, crash_budget, max_steps)
