@@ -5,8 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from toki.errors import InvalidInput
+from toki.systems.amem import AMemModel
 from toki.systems.base import SystemModel
+from toki.systems.cognee import CogneeModel
+from toki.systems.graphiti import GraphitiModel
+from toki.systems.langgraph_store import LangGraphStoreModel
+from toki.systems.langmem import LangMemModel
+from toki.systems.letta import LettaModel
+from toki.systems.mem0 import Mem0AddOnly, Mem0Judge
+from toki.systems.memoryos import MemoryOSModel
+from toki.systems.memos import MemOSModel
+from toki.systems.mirix import MirixModel
 from toki.systems.toki_model import TokiModel
+from toki.systems.worlddb import WorldDBModel
+from toki.systems.zep import ZepCEModel
 
 __all__ = ["SYSTEMS", "get_system", "register"]
 
@@ -17,6 +29,20 @@ SYSTEMS: dict[str, Callable[[], SystemModel]] = {
     "toki-await": lambda: TokiModel("AWAIT"),
     "toki-rule": lambda: TokiModel("RULE"),
     "toki-ewm-nolog": lambda: TokiModel("EWM", keyed_log=False),
+    # models of other memory systems (docs/systems.md)
+    "mem0-1.0.11": Mem0Judge,
+    "mem0-2.0.18": Mem0AddOnly,
+    "graphiti": GraphitiModel,
+    "zep": ZepCEModel,
+    "mirix": MirixModel,
+    "letta": LettaModel,
+    "worlddb": WorldDBModel,
+    "langgraph-store": LangGraphStoreModel,
+    "langmem": LangMemModel,
+    "a-mem": AMemModel,
+    "memoryos": MemoryOSModel,
+    "cognee": CogneeModel,
+    "memos": MemOSModel,
 }
 
 
