@@ -14,7 +14,8 @@ Line 1 is a header; every other line is one record:
 
 `op` records are the transactions (kinds begin, read, write, delete, commit, abort; `version`
 names the version a read saw — the `at` of the write that made it — or null for the initial
-state, i.e. data present before the history begins). `belief` records say what the live system believed or served at logical time `at`.
+state, i.e. data present before the history begins). `belief` records say what the live
+system believed or served at logical time `at`.
 A file from the simulator carries its workload and schedule, so `toki check` can re-run it;
 a file exported from another system carries what it has, and the checks that need more say
 why they could not run.
