@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toki import UNKNOWN, BoundSource, FactKey, Lifecycle, Memory, Scope
+from toki import UNKNOWN, BoundSource, FactKey, FactVersion, Lifecycle, Memory, Scope
 from toki.log import EventKind
 
 CITY = FactKey(tenant="t1", subject="u1", fact_key="city")
@@ -373,23 +373,21 @@ def test_prague_segment_splits_left_new_right(mem: Memory) -> None:
     assert mem.open_conflicts(ivan) == []
 
 
+IVAN = FactKey(tenant="crm", subject="people:ivan", fact_key="city")
+
+
+def _berlin_split_by_prague(mem: Memory) -> tuple[FactKey, FactVersion]:
+    """Berlin from 1 Sep, then learned on 1 Nov: Prague 1-14 Oct (a segment split)."""
+    berlin = mem.assert_fact(IVAN, "Berlin", valid_from="2026-09-01T00:00:00Z",
+                             recorded_at="2026-09-02T00:00:00Z", source_id="m1")
+    mem.insert_segment(IVAN, "Prague", valid_from="2026-10-01T00:00:00Z",
+                       valid_to="2026-10-15T00:00:00Z", recorded_at="2026-11-01T00:00:00Z",
+                       source_id="m2")
+    return IVAN, berlin
+
+
 def test_retraction_by_value_finds_the_piece_that_now_holds_it(mem: Memory) -> None:
-    ivan = FactKey(tenant="crm", subject="people:ivan", fact_key="city")
-    berlin = mem.assert_fact(
-        ivan,
-        "Berlin",
-        valid_from="2026-09-01T00:00:00Z",
-        recorded_at="2026-09-02T00:00:00Z",
-        source_id="m1",
-    )
-    mem.insert_segment(
-        ivan,
-        "Prague",
-        valid_from="2026-10-01T00:00:00Z",
-        valid_to="2026-10-15T00:00:00Z",
-        recorded_at="2026-11-01T00:00:00Z",
-        source_id="m2",
-    )
+    ivan, berlin = _berlin_split_by_prague(mem)
     # the Berlin claim was wrong: the right-hand piece holds it now, not the original id
     revoked = mem.revoke_value(
         ivan,
@@ -404,22 +402,7 @@ def test_retraction_by_value_finds_the_piece_that_now_holds_it(mem: Memory) -> N
 
 
 def test_revoking_the_original_also_revokes_its_split_pieces(mem: Memory) -> None:
-    ivan = FactKey(tenant="crm", subject="people:ivan", fact_key="city")
-    berlin = mem.assert_fact(
-        ivan,
-        "Berlin",
-        valid_from="2026-09-01T00:00:00Z",
-        recorded_at="2026-09-02T00:00:00Z",
-        source_id="m1",
-    )
-    mem.insert_segment(
-        ivan,
-        "Prague",
-        valid_from="2026-10-01T00:00:00Z",
-        valid_to="2026-10-15T00:00:00Z",
-        recorded_at="2026-11-01T00:00:00Z",
-        source_id="m2",
-    )
+    ivan, berlin = _berlin_split_by_prague(mem)
     mem.revoke(berlin, recorded_at="2026-11-21T00:00:00Z", reason="never lived there")
     assert mem.current(ivan).kind == "unknown"
     assert mem.resolve_at(ivan, "2026-09-15T00:00:00Z").kind == "unknown"
