@@ -6,13 +6,25 @@ import importlib
 import sys
 import time
 
-SCRIPTS = ["benchmarks.bench_core", "benchmarks.bench_check"]
+SCRIPTS = [
+    "benchmarks.bench_core",
+    "benchmarks.bench_algebra",
+    "benchmarks.bench_backends",
+    "benchmarks.bench_sim",
+    "benchmarks.bench_check",
+    "benchmarks.bench_proofs",
+    "benchmarks.bench_matrix",
+]
 
 
 def main() -> int:
     quick = "--quick" in sys.argv
     for name in SCRIPTS:
-        module = importlib.import_module(name)
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError:
+            print(f"== {name}: not present, skipped")
+            continue
         t0 = time.perf_counter()
         print(f"== {name}")
         module.main(["--quick"] if quick else [])
