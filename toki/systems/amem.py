@@ -1,4 +1,4 @@
-"""A-MEM (agiresearch/A-mem ceffb860): `AgenticMemorySystem.add_note` → `process_memory`.
+"""A-MEM (agiresearch/A-mem ceffb860): `add_note` → `process_memory`.
 
 Rows: ("note", n) a `MemoryNote` {key, value, context} in the in-process `memories` dict
 (n = insertion order); ("seq", "note").
@@ -34,7 +34,7 @@ class AMemModel(SystemModel):
     release: ClassVar[str] = "agiresearch/A-mem HEAD ceffb860 (2025-12-12)"
     isolation: ClassVar[Isolation] = Isolation.READ_UNCOMMITTED  # a Python dict, no txns
     sources: ClassVar[tuple[str, ...]] = (
-        "agentic_memory/memory_system.py@ceffb860: AgenticMemorySystem.add_note, "
+        "agentic_memory/memory_system.py@ceffb860: add_note, "
         "process_memory, find_related_memories (rank indices), consolidate_memories "
         "(every evo_threshold), chromadb.Client (ephemeral)",
         "../shared/research/systems.md §6 (A-MEM)",

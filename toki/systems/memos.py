@@ -35,9 +35,9 @@ class MemOSModel(SystemModel):
     release: ClassVar[str] = "MemTensor/MemOS HEAD be68e2fb (2026-08-20), reorganize opt-in"
     isolation: ClassVar[Isolation] = Isolation.READ_COMMITTED  # the graph store (Neo4j)
     sources: ClassVar[tuple[str, ...]] = (
-        "src/memos/memories/textual/tree_text_memory/organize/reorganizer.py@be68e2fb: "
+        "tree_text_memory/organize/reorganizer.py@be68e2fb: "
         "handle_add (single consumer on a PriorityQueue)",
-        "src/memos/memories/textual/tree_text_memory/organize/handler.py@be68e2fb: "
+        "tree_text_memory/organize/handler.py@be68e2fb: "
         "NodeHandler.detect, NodeHandler.resolve, _hard_update (delete_node)",
         "../shared/research/systems.md §6 (MemOS)",
     )
