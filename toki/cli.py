@@ -181,7 +181,8 @@ def _build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="tell the Lisbon → Berlin story (bitemporal basics)")
     demo.add_argument("--json", action="store_true", help="machine-readable output")
     demo.set_defaults(handler=_cmd_demo)
-    sub.add_parser("locomo", help="LoCoMo data and experiments (fetch, info, baseline)")
+    sub.add_parser("locomo", help="LoCoMo data and experiments (fetch, info, baseline, ablate)")
+    sub.add_parser("prove", help="run the z3 proofs; writes proofs/RESULTS.md and results.json")
     cal = sub.add_parser("calibrate", help="replay calibration: N1 rate of an unlogged judge")
     cal.add_argument(
         "--p",
