@@ -1,0 +1,311 @@
+"""Generate the table in benchmarks/README.md from benchmarks/results/*.json.
+
+    python -m benchmarks.report            # rewrite the block between the markers
+    python -m benchmarks.report --check    # exit 1 when the README is out of date
+
+Every number comes from a results file; a missing file gives a row that says how to make it.
+The anchors are published figures of other tools (cited in the row), never toki measurements.
+`rows()` is reused by paper/assets.py for the paper's performance table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+README = HERE / "README.md"
+BEGIN = "<!-- report:begin -->"
+END = "<!-- report:end -->"
+
+# name of results file -> command that writes it
+SOURCES = {
+    "core": "python -m benchmarks.bench_core",
+    "algebra": "python -m benchmarks.bench_algebra",
+    "backends": "python -m benchmarks.bench_backends",
+    "sim": "python -m benchmarks.bench_sim",
+    "check": "python -m benchmarks.bench_check",
+    "proofs": "python -m benchmarks.bench_proofs",
+    "matrix": "python -m benchmarks.bench_matrix",
+}
+
+ANCHOR_ELLE = "Jepsen Elle: ~100k-op histories in ~55-73 s on a 24-core Xeon (VLDB 2020, Fig. 4)"
+ANCHOR_PLUME = "Plume: 1M txns (20M ops) checked in ~92-105 s (OOPSLA 2024)"
+ANCHOR_POLYSI = "PolySI (SI): 1M txns in <= 4 h, < 40 GB (PVLDB 2023, Fig. 11)"
+ANCHOR_DPOR = "optimal DPOR: one schedule per Mazurkiewicz class, ratio 1.0 (Abdulla et al. 2014)"
+
+
+@dataclass(frozen=True)
+class Row:
+    area: str
+    figure: str
+    measured: str
+    target: str
+    anchor: str
+
+
+def missing(name: str) -> str:
+    return f"not generated yet (run `{SOURCES[name]}`)"
+
+
+def fmt(x: Any, unit: str = "") -> str:
+    """A number to three significant figures with thousands separators."""
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if not isinstance(x, int | float):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,} {unit}".strip()
+    v = float(x)
+    if v == 0:
+        s = "0"
+    elif abs(v) >= 1000:
+        s = f"{round(v, -math.floor(math.log10(abs(v))) + 2):,.0f}"
+    else:
+        s = f"{v:.3g}"
+    return f"{s} {unit}".strip()
+
+
+def load(results_dir: Path = RESULTS) -> dict[str, dict[str, Any] | None]:
+    out: dict[str, dict[str, Any] | None] = {}
+    for name in SOURCES:
+        path = results_dir / f"{name}.json"
+        out[name] = json.loads(path.read_text()) if path.exists() else None
+    for path in sorted(results_dir.glob("*.json")):
+        out.setdefault(path.stem, json.loads(path.read_text()))
+    return out
+
+
+def _check_sizes(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per history size, the slowest workload's row."""
+    by_size: dict[int, dict[str, Any]] = {}
+    for run in data["runs"]:
+        best = by_size.get(run["txns"])
+        if best is None or run["check_s"] > best["check_s"]:
+            by_size[run["txns"]] = run
+    return [by_size[n] for n in sorted(by_size)]
+
+
+def _rows_core(d: dict[str, Any] | None) -> list[Row]:
+    if d is None:
+        return [Row("core", "in-memory replay, resolve_at, SQLite append", missing("core"),
+                    "replay >= 500,000 events/s; resolve_at <= 50 µs; SQLite >= 50,000 ev/s",
+                    "—")]
+    units = {"replay_events_per_s": "events/s", "resolve_at_us_1e5_versions": "µs",
+             "sqlite_batched_append_events_per_s": "events/s"}
+    return [Row("core", name.replace("_", " "), fmt(t["measured"], units.get(name, "")),
+                fmt(t["target"], units.get(name, "")), "—")
+            for name, t in sorted(d.get("targets", {}).items())]
+
+
+def _rows_algebra(d: dict[str, Any] | None) -> list[Row]:
+    if d is None:
+        return [Row("algebra", "dual-row + keyed-log cost vs bare insert", missing("algebra"),
+                    "time ratio <= 1.5", "—")]
+    c, k = d["dual_row_cost"], d["keyed_log_cost"]
+    return [
+        Row("algebra", "LWW write (current + audit row) vs bare insert, time ratio",
+            fmt(c["time_ratio_vs_bare_insert"]), f"<= {fmt(c['target_ratio'])}", "—"),
+        Row("algebra", "EWM keyed judge log, time ratio logged / unlogged",
+            fmt(k["time_ratio_logged_vs_unlogged"]), "—", "—"),
+    ]
+
+
+def _rows_backends(d: dict[str, Any] | None) -> list[Row]:
+    if d is None:
+        return [Row("backends", "memory / SQLite / PostgreSQL", missing("backends"), "—", "—")]
+    rows = []
+    for name, label in (("memory", "in-memory"), ("sqlite", "SQLite"), ("postgres", "PostgreSQL")):
+        b = d.get(name)
+        if not isinstance(b, dict):
+            rows.append(Row("backends", label, "not measured (no server)", "—", "—"))
+            continue
+        anchor = b.get("server", "—").split(" on ")[0] if name == "postgres" else "—"
+        n = fmt(b["events"])
+        rows += [
+            Row("backends", f"{label}: batched append ({n} events)",
+                fmt(b["batched_append_events_per_s"], "events/s"), "—", anchor),
+            Row("backends", f"{label}: open and replay",
+                fmt(b["open_and_replay_events_per_s"], "events/s"), "—", anchor),
+            Row("backends", f"{label}: resolve_at median / p99 ({fmt(b['resolve_at_versions'])}"
+                " versions)", f"{fmt(b['resolve_at']['median_us'])} / "
+                f"{fmt(b['resolve_at']['p99_us'], 'µs')}", "—", anchor),
+        ]
+    return rows
+
+
+def _rows_sim(d: dict[str, Any] | None) -> list[Row]:
+    if d is None:
+        return [Row("sim", "DPOR schedules explored / equivalence classes", missing("sim"),
+                    "1.0", ANCHOR_DPOR)]
+    return [Row("sim", k.replace("_", " "), fmt(v), "—", ANCHOR_DPOR if "ratio" in k else "—")
+            for k, v in sorted(_scalars(d.get("summary", d)).items())]
+
+
+def _rows_check(d: dict[str, Any] | None) -> list[Row]:
+    if d is None:
+        return [Row("check", "Adya checker, 10^6 txns", missing("check"), "<= 60 s on 2 cores",
+                    f"{ANCHOR_ELLE}; {ANCHOR_PLUME}; {ANCHOR_POLYSI}")]
+    rows = []
+    for r in _check_sizes(d):
+        n = r["txns"]
+        anchor = {10**5: ANCHOR_ELLE, 10**6: f"{ANCHOR_PLUME}; {ANCHOR_POLYSI}"}.get(n, "—")
+        target = "<= 60 s on 2 cores" if n == 10**6 else "—"
+        rows.append(Row("check", f"Adya checker, {fmt(n)} txns ({fmt(r['ops'])} ops), slowest "
+                        f"workload ({r['workload']})",
+                        f"{fmt(r['check_s'], 's')}, peak {fmt(r['peak_rss_during_check_mb'], 'MB')}",
+                        target, anchor))
+    return rows
+
+
+def _rows_proofs(d: dict[str, Any] | None) -> list[Row]:
+    if d is None:
+        return [Row("proofs", "all z3 proofs at default bounds", missing("proofs"), "<= 60 s",
+                    "—")]
+    return [Row("proofs", f"all {len(d['per_proof'])} z3 proofs at default bounds",
+                fmt(d["default_bounds_total_seconds"], "s"), f"<= {fmt(d['target_seconds'], 's')}",
+                "— (TOKI's proofs are on paper)")]
+
+
+def _scalars(d: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if k in ("machine", "anchors"):
+                continue
+            out.update(_scalars(v, f"{prefix}{k}." if isinstance(v, dict) else f"{prefix}{k}"))
+    elif isinstance(d, int | float | bool | str):
+        out[prefix.rstrip(".")] = d
+    return out
+
+
+def _rows_generic(name: str, d: dict[str, Any] | None) -> list[Row]:
+    if d is None:
+        return [Row(name, "—", missing(name), "—", "—")] if name in SOURCES else []
+    scal = _scalars(d.get("summary", d))
+    return [Row(name, k.replace("_", " "), fmt(v), "—", "—") for k, v in sorted(scal.items())][:8]
+
+
+def rows(results: dict[str, dict[str, Any] | None]) -> list[Row]:
+    special = {"core": _rows_core, "algebra": _rows_algebra, "backends": _rows_backends,
+               "sim": _rows_sim, "check": _rows_check, "proofs": _rows_proofs}
+    out: list[Row] = []
+    for name, data in results.items():
+        fn = special.get(name)
+        out += fn(data) if fn else _rows_generic(name, data)
+    return out
+
+
+def _proof_cell(p: dict[str, Any]) -> str:
+    def one(seconds: Any, status: Any, expected: str) -> str:
+        return fmt(seconds) + ("" if status == expected else f" ({status})")
+
+    return (f"{one(p['seconds'], p['status'], 'proved')} / "
+            f"{one(p.get('weaker_level_seconds'), p.get('weaker_level_status'), 'counterexample')}")
+
+
+def growth(results: dict[str, dict[str, Any] | None]) -> list[str]:
+    """Markdown: how each figure grows with the work, where a results file has several sizes."""
+    lines: list[str] = []
+    check = results.get("check")
+    if check:
+        sizes = _check_sizes(check)
+        lines += ["**Adya checker vs history size** (slowest workload per size; exponent = "
+                  "log-log slope from the previous size):", "",
+                  "| txns | ops | check | txns/s | peak RSS | exponent |", "|---|---|---|---|---|---|"]
+        prev = None
+        for r in sizes:
+            slope = "—"
+            if prev is not None:
+                ratio = math.log(r["check_s"] / prev["check_s"])
+                slope = f"{ratio / math.log(r['txns'] / prev['txns']):.2f}"
+            lines.append(f"| {fmt(r['txns'])} | {fmt(r['ops'])} | {fmt(r['check_s'], 's')} | "
+                         f"{fmt(r['txns_per_s'])} | {fmt(r['peak_rss_during_check_mb'], 'MB')} | "
+                         f"{slope} |")
+            prev = r
+        lines.append("")
+    proofs = results.get("proofs")
+    if proofs and proofs.get("growth_with_k"):
+        ks = sorted({p["k"] for ps in proofs["growth_with_k"].values() for p in ps})
+        lines += ["**z3 proof time vs the transaction bound k** (seconds; at the precondition / "
+                  "one level below):", "",
+                  "| proof | " + " | ".join(f"k={k}" for k in ks) + " |",
+                  "|---|" + "---|" * len(ks)]
+        for name, ps in sorted(proofs["growth_with_k"].items()):
+            by_k = {p["k"]: p for p in ps}
+            cells = [_proof_cell(by_k[k]) if k in by_k else "—" for k in ks]
+            lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+        lines.append("")
+    if not lines:
+        lines = ["No results file has several sizes yet.", ""]
+    return lines
+
+
+def machines(results: dict[str, dict[str, Any] | None]) -> list[str]:
+    lines = []
+    for name, d in results.items():
+        if not d or "machine" not in d:
+            continue
+        m = d["machine"]
+        parts = [m.get("cpu") or m.get("machine") or "cpu unknown",
+                 f"{m.get('cpu_count', '?')} cores"]
+        if m.get("memory_gib"):
+            parts.append(f"{m['memory_gib']} GiB")
+        parts.append(f"{m.get('implementation', 'Python')} {m.get('python', '?')}")
+        parts.append(m.get("platform", ""))
+        if m.get("measured_at"):
+            parts.append(f"measured {m['measured_at']}")
+        lines.append(f"- `results/{name}.json`: " + ", ".join(p for p in parts if p))
+    return lines or ["- no results yet"]
+
+
+def render(results: dict[str, dict[str, Any] | None]) -> str:
+    out = [BEGIN, "<!-- generated by `python -m benchmarks.report`; do not edit by hand -->", "",
+           "| area | figure | measured | target | anchor (published, other tools) |",
+           "|---|---|---|---|---|"]
+    for r in rows(results):
+        out.append(f"| {r.area} | {r.figure} | {r.measured} | {r.target} | {r.anchor} |")
+    out += ["", "**Machines**", "", *machines(results), "", "**Growth with the work**", ""]
+    out += growth(results)
+    out.append(END)
+    return "\n".join(out)
+
+
+def update(text: str, block: str) -> str:
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        return head + block + tail
+    return text.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the README is stale")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--readme", type=Path, default=README)
+    args = parser.parse_args(argv)
+    old = args.readme.read_text() if args.readme.exists() else ""
+    new = update(old, render(load(args.results)))
+    if args.check:
+        if new != old:
+            print(f"{args.readme} is out of date: run python -m benchmarks.report")
+            return 1
+        print(f"{args.readme} is up to date")
+        return 0
+    args.readme.write_text(new)
+    print(f"wrote {args.readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
