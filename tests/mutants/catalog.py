@@ -9,7 +9,7 @@ docs/anomalies.md from these results.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +17,9 @@ from typing import Any
 from toki import FactKey, Memory
 from toki.check.anomalies import check_run
 from toki.check.asof import n1_memory, n3_as_of
+from toki.errors import StoreError
 from toki.isolation import Isolation
+from toki.relay import OutboxRow, Relay, RelayResult
 from toki.sim import DPOR, iter_runs
 from toki.sim.program import Agent, Begin, Commit, Delete, Read, Write
 from toki.sim.store import SimStore
@@ -188,65 +190,71 @@ def _patched(cls: Any, name: str, fn: Any) -> Iterator[None]:
         setattr(cls, name, old)
 
 
-def _relay(
-    mem: Memory,
-    outbox: Sequence[tuple[str, str, str]],
-    relay_at: str,
-    *,
-    use_relay_time: bool = False,
-    continue_after_failure: bool = False,
-    fail_on: int | None = None,
-    start: int = 0,
-) -> list[tuple[str, FactKey, str, Any]]:
-    """Move an outbox (value, source write time, valid from) into the memory, closing the
-    previous value at each change; the source served each value from its write time on.
-    Returns what the source served."""
-    served = []
-    for i, (value, written_at, valid_from) in enumerate(outbox[start:], start=start):
-        served.append((written_at, K, valid_from, value))
-        if i == fail_on:
-            if not continue_after_failure:
-                break  # stop at the first failure; resume from here next time
-            continue  # the defect: skip it and carry on
-        recorded = relay_at if use_relay_time else written_at
-        standing = [h.version for h in mem.history(K) if h.lifecycle.value == "ACTIVE"]
-        if standing:
-            mem.supersede(
-                standing[-1],
-                value,
-                valid_from=valid_from,
-                recorded_at=recorded,
-                source_id=f"outbox-{i}",
-            )
-        else:
-            mem.assert_fact(
-                K, value, valid_from=valid_from, recorded_at=recorded, source_id=f"outbox-{i}"
-            )
-    return served
+class _FlakyStore:
+    """Fails the delivery of one outbox row once (a relay worker failure)."""
+
+    def __init__(self, relay: Relay, fail_on: int | None) -> None:
+        self.relay, self.fail_on = relay, fail_on
+
+    def __call__(self, row: OutboxRow) -> None:
+        if self.relay.position == self.fail_on:
+            self.fail_on = None
+            raise StoreError("relay worker lost its connection")
+        self.relay._apply(row)
+
+
+class RelayTimeRelay(Relay):
+    """The defect: records the relay's clock as knowledge time."""
+
+    relay_clock = "2026-11-05T18:00:00Z"
+
+    def _apply(self, row: OutboxRow) -> None:
+        super()._apply(
+            OutboxRow(row.key, row.value, row.valid_from, self.relay_clock, row.source_id)
+        )
+
+
+class CarryOnRelay(Relay):
+    """The defect: skips a failed row and carries on."""
+
+    def run(self) -> RelayResult:
+        moved = 0
+        while self.position < len(self.outbox):
+            try:
+                self._deliver(self.outbox[self.position])
+                moved += 1
+            except StoreError:
+                pass
+            self.position += 1
+        return RelayResult(moved, self.position, None)
+
+
+OUTBOX = [
+    OutboxRow(K, "Berlin", "2026-10-15T00:00:00Z", "2026-11-01T10:00:00Z", "crm-1"),
+    OutboxRow(K, "Prague", "2026-11-02T00:00:00Z", "2026-11-02T10:00:00Z", "crm-2"),
+    OutboxRow(K, "Oslo", "2026-11-03T00:00:00Z", "2026-11-03T10:00:00Z", "crm-3"),
+]
+SERVED = [(r.written_at, K, r.valid_from, r.value) for r in OUTBOX]
+
+
+def _relayed(relay_cls: type[Relay], fail_on: int | None) -> Memory:
+    mem = Memory()
+    relay = relay_cls(mem, OUTBOX)
+    relay._deliver = _FlakyStore(relay, fail_on)
+    relay.run()
+    relay.run()  # the next pass resumes where the first stopped
+    return mem
 
 
 def _relay_time_mutant() -> Result:
-    outbox = [("Berlin", "2026-11-01T10:00:00Z", "2026-10-15T00:00:00Z")]
-    broken, good = Memory(), Memory()
-    served = _relay(broken, outbox, "2026-11-01T18:00:00Z", use_relay_time=True)
-    caught = n3_as_of(broken, served).found
-    clean = _relay(good, outbox, "2026-11-01T18:00:00Z")
-    return Result(caught, 1 if caught else None, int(n3_as_of(good, clean).found))
+    caught = n3_as_of(_relayed(RelayTimeRelay, None), SERVED).found
+    clean = n3_as_of(_relayed(Relay, None), SERVED).found
+    return Result(caught, 1 if caught else None, int(clean))
 
 
 def _relay_continue_mutant() -> Result:
-    outbox = [
-        ("Berlin", "2026-11-01T10:00:00Z", "2026-10-15T00:00:00Z"),
-        ("Prague", "2026-11-02T10:00:00Z", "2026-11-02T00:00:00Z"),
-        ("Oslo", "2026-11-03T10:00:00Z", "2026-11-03T00:00:00Z"),
-    ]
-    broken, good = Memory(), Memory()
-    served = _relay(broken, outbox, "", continue_after_failure=True, fail_on=1)
-    caught = n3_as_of(broken, served).found
-    # the correct relay stops at the failure and resumes there on its next pass
-    first = _relay(good, outbox, "", fail_on=1)
-    rest = _relay(good, outbox, "", start=1)
-    clean = n3_as_of(good, first[:-1] + rest).found
+    caught = n3_as_of(_relayed(CarryOnRelay, 1), SERVED).found
+    clean = n3_as_of(_relayed(Relay, 1), SERVED).found
     return Result(caught, 1 if caught else None, int(clean))
 
 
