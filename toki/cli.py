@@ -172,6 +172,47 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0 if verdict.found else 1
 
 
+def _cmd_matrix(args: argparse.Namespace) -> int:
+    """Regenerate the verdict matrix (system × anomaly) from verdict_matrix/matrix.toml."""
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from toki.experiments.matrix import run_matrix
+
+    config = args.config or str(Path("verdict_matrix") / "matrix.toml")
+    with tqdm(
+        total=0, disable=args.json or args.quiet, desc="matrix", unit="task", file=sys.stderr
+    ) as bar:
+
+        def on_plan(n: int) -> None:
+            bar.total = n
+            bar.refresh()
+
+        result = run_matrix(
+            config,
+            budget=args.budget,
+            executor=args.executor,
+            workers=args.workers,
+            address=args.address,
+            out=args.out,
+            progress=bar.update,
+            on_plan=on_plan,
+        )
+    rows = result.csv_rows()
+    if args.json:
+        _print_json(rows)
+    else:
+        for r, full in zip(rows, result.rows, strict=True):
+            print(
+                f"{r['system']:16} {r['anomaly']} {r['verdict']:8} {r['rate']:>6} "
+                f"[{r['ci_low']}, {r['ci_high']}] n={r['runs']:>5} {r['mode']:10} "
+                f"{r['witness'] or full['reason']}"
+            )
+        print(f"wrote {args.out}/matrix.csv, .md, .tex, .png in {result.seconds:.1f} s")
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toki",
@@ -227,6 +268,17 @@ def _build_parser() -> argparse.ArgumentParser:
     rep.add_argument("witness")
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(handler=_cmd_replay)
+
+    mat = sub.add_parser("matrix", help="regenerate the verdict matrix (system × anomaly)")
+    mat.add_argument("--budget", default="default", choices=["small", "default"])
+    mat.add_argument("--executor", default="local", choices=["local", "dask"])
+    mat.add_argument("--address", help="a Dask scheduler, tcp://host:port (--executor dask)")
+    mat.add_argument("--workers", type=int, help="worker processes (default: all cores)")
+    mat.add_argument("--out", default="verdict_matrix", help="folder for the outputs")
+    mat.add_argument("--config", help="default: verdict_matrix/matrix.toml")
+    mat.add_argument("--json", action="store_true", help="print the rows as JSON")
+    mat.add_argument("--quiet", action="store_true", help="no progress bar")
+    mat.set_defaults(handler=_cmd_matrix)
     return parser
 
 
