@@ -34,3 +34,27 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+
+.PHONY: paper-assets paper reproduce
+
+## paper-assets: regenerate benchmarks/README.md and paper/generated/ from the result files
+paper-assets: $(STAMP)
+	$(PY) -m benchmarks.report
+	$(PY) paper/assets.py
+
+## paper: build paper/toki.pdf (needs a LaTeX toolchain)
+paper: paper-assets
+	@if command -v latexmk >/dev/null 2>&1; then \
+	  cd paper && latexmk -pdf -interaction=nonstopmode -halt-on-error toki.tex; \
+	elif command -v pdflatex >/dev/null 2>&1; then \
+	  cd paper && pdflatex -interaction=nonstopmode toki && bibtex toki && \
+	  pdflatex -interaction=nonstopmode toki && pdflatex -interaction=nonstopmode toki; \
+	else \
+	  echo "no LaTeX toolchain found; install one with:"; \
+	  echo "  apt-get install texlive-latex-recommended texlive-latex-extra latexmk"; \
+	  exit 1; \
+	fi
+
+## reproduce: regenerate every result from scratch (proofs, matrix, calibration, ...), timed
+reproduce: $(STAMP)
+	$(PY) scripts/reproduce.py

@@ -210,7 +210,7 @@ def mutants(root: Path, m: Macros) -> Assets:
     m.set("MutantCaught", sum(r[3] == "yes" for r in body))
     m.set("MutantFalsePositives", sum(int(r[5]) for r in body if r[5].isdigit()))
     hdr = ["mutant", "defect", "checker", "caught", "schedules", "FP"]
-    return {"tab_mutants.tex": tabular(r"@{}p{3.8cm}p{6.9cm}lccc@{}", hdr,
+    return {"tab_mutants.tex": tabular(r"@{}p{4.4cm}p{6.4cm}lccc@{}", hdr,
                                        [[code(r[0]), *[_md_cell(c) for c in r[1:]]] for r in body],
                                        r"\scriptsize")}
 

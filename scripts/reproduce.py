@@ -1,0 +1,153 @@
+"""Regenerate every result of toki from scratch (`make reproduce`), timing each part.
+
+    python scripts/reproduce.py              # everything that can run here
+    python scripts/reproduce.py --only proofs,paper-assets
+    python scripts/reproduce.py --list
+
+A part whose command is not available (e.g. `toki pg-grid` before it exists, or no PostgreSQL
+server) is skipped with the reason. The benchmarks themselves are not rerun unless --bench is
+given (they take long and want an idle machine); their report is always regenerated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+EXECUTE = (
+    "import sys, nbformat; from nbclient import NotebookClient; "
+    "nb = nbformat.read(sys.argv[1], as_version=4); "
+    "NotebookClient(nb, timeout=1800, resources={'metadata': {'path': 'notebooks'}}).execute()"
+)
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def toki_cmd(*args: str) -> list[str]:
+    exe = BIN / "toki"
+    return [str(exe), *args] if exe.exists() else [sys.executable, "-m", "toki.cli", *args]
+
+
+def toki_has(command: str) -> bool:
+    out = subprocess.run(toki_cmd("--help"), capture_output=True, text=True, cwd=ROOT)
+    return f" {command} " in out.stdout or f"{{{command}" in out.stdout or (
+        f"\n    {command}" in out.stdout)
+
+
+def pg_reachable() -> str | None:
+    """None when a server answers; otherwise why not."""
+    dsn = os.environ.get("TOKI_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed"
+    try:
+        with psycopg.connect(dsn, connect_timeout=3):
+            return None
+    except Exception as exc:
+        return f"no PostgreSQL server at $TOKI_PG_DSN ({type(exc).__name__})"
+
+
+@dataclass
+class Part:
+    name: str
+    what: str
+    commands: list[list[str]]
+    stdout_to: str | None = None
+    skip: str | None = None
+
+
+def parts(bench: bool) -> list[Part]:
+    py = sys.executable
+    notebooks = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "notebooks").glob("*.ipynb"))
+    out = [
+        Part("proofs", "proofs/results.json, proofs/RESULTS.md", [toki_cmd("prove")]),
+        Part("matrix", "verdict_matrix/matrix.*", [toki_cmd("matrix")],
+             skip=None if toki_has("matrix") else "`toki matrix` is not available yet"),
+        Part("calibration", "verdict_matrix/calibration.csv/.png", [toki_cmd("calibrate")]),
+        Part("pg-grid", "PostgreSQL grid", [toki_cmd("pg-grid")],
+             skip=(None if toki_has("pg-grid") else "`toki pg-grid` is not available yet")
+             or pg_reachable()),
+        # executed, not saved: the notebooks are committed as their authors keep them (the LoCoMo
+        # one without outputs); executing regenerates notebooks/figures/.
+        Part("notebooks", "notebooks/figures/ (notebooks executed, not saved)",
+             [[py, "-c", EXECUTE, nb] for nb in notebooks],
+             skip=None if notebooks and _has("nbclient") else "nbclient is not installed"),
+        Part("laws", "docs/laws.md", [[py, "-m", "toki.algebra.laws", "--write", "docs/laws.md"]]),
+        Part("mutants", "mutant table in docs/anomalies.md",
+             [[py, "-m", "tests.mutants.make_table"]]),
+        Part("locomo", "paper/data/locomo_ablations.json", [toki_cmd("locomo", "ablate", "--json")],
+             stdout_to="paper/data/locomo_ablations.json"),
+    ]
+    if bench:
+        out.append(Part("bench", "benchmarks/results/*.json", [[py, "-m", "benchmarks.run"]]))
+    out += [
+        Part("bench-report", "benchmarks/README.md", [[py, "-m", "benchmarks.report"]]),
+        Part("paper-assets", "paper/generated/", [[py, "paper/assets.py"]]),
+    ]
+    return out
+
+
+def run(part: Part) -> tuple[str, float]:
+    t0 = time.perf_counter()
+    for cmd in part.commands:
+        print("$", " ".join(cmd) + (f" > {part.stdout_to}" if part.stdout_to else ""), flush=True)
+        if part.stdout_to:
+            proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE)
+            if proc.returncode == 0:
+                target = ROOT / part.stdout_to
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(proc.stdout)
+        else:
+            proc = subprocess.run(cmd, cwd=ROOT)
+        if proc.returncode != 0:
+            return f"FAILED (exit {proc.returncode})", time.perf_counter() - t0
+    return "regenerated", time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="", help="comma-separated part names")
+    parser.add_argument("--bench", action="store_true", help="also rerun every benchmark")
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args(argv)
+    todo = parts(args.bench)
+    if args.list:
+        for p in todo:
+            print(f"{p.name:14} {p.what}" + (f"  [skipped: {p.skip}]" if p.skip else ""))
+        return 0
+    only = {s for s in args.only.split(",") if s}
+    summary = []
+    for p in todo:
+        if only and p.name not in only:
+            continue
+        print(f"\n== {p.name}: {p.what}", flush=True)
+        if p.skip:
+            print(f"   skipped: {p.skip}")
+            summary.append((p.name, f"skipped: {p.skip}", 0.0, p.what))
+            continue
+        status, secs = run(p)
+        summary.append((p.name, status, secs, p.what))
+    print("\n== reproduce: summary")
+    for name, status, secs, what in summary:
+        print(f"  {name:14} {secs:8.1f} s  {status:12}  {what}")
+    print(f"  {'total':14} {sum(s for _, _, s, _ in summary):8.1f} s")
+    return 1 if any(s.startswith("FAILED") for _, s, _, _ in summary) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The committed paper assets and benchmarks/README.md match what the result files give.
+
+Fails when someone regenerates a result file (proofs, calibration, matrix, benchmarks, ...) but
+not the assets: run `make paper-assets`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _assets() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("paper_assets", ROOT / "paper" / "assets.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["paper_assets"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_paper_assets_are_up_to_date(tmp_path: Path) -> None:
+    assets = _assets()
+    assets.write(assets.build(ROOT), tmp_path)
+    committed = ROOT / "paper" / "generated"
+    fresh = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    old = {p.name: p.read_bytes() for p in committed.iterdir() if p.is_file()}
+    assert sorted(fresh) == sorted(old), "paper/generated/ has other files: make paper-assets"
+    stale = sorted(name for name in fresh if fresh[name] != old[name])
+    assert not stale, f"stale in paper/generated/: {stale}; run make paper-assets"
+
+
+def test_benchmarks_readme_is_up_to_date() -> None:
+    report = _assets().bench_report  # paper/assets.py puts the repository root on sys.path
+    text = report.README.read_text()
+    assert report.BEGIN in text and report.END in text
+    assert report.update(text, report.render(report.load())) == text, (
+        "benchmarks/README.md is stale: run python -m benchmarks.report"
+    )
+
+
+def _copy_inputs(dst: Path) -> None:
+    for rel in ("proofs/results.json", "docs/laws.md", "docs/anomalies.md",
+                "verdict_matrix/calibration.csv", "paper/data/locomo_ablations.json"):
+        if (ROOT / rel).exists():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / rel, dst / rel)
+    shutil.copytree(ROOT / "benchmarks" / "results", dst / "benchmarks" / "results")
+
+
+def test_a_changed_result_file_makes_the_assets_stale(tmp_path: Path) -> None:
+    assets = _assets()
+    _copy_inputs(tmp_path)
+    out = tmp_path / "generated"
+    assets.write(assets.build(tmp_path), out)
+    assert assets.stale(assets.build(tmp_path), out) == []
+    path = tmp_path / "proofs" / "results.json"
+    if not path.exists():
+        pytest.skip("proofs/results.json is not generated")
+    res = json.loads(path.read_text())
+    res[0]["seconds"] += 1.0
+    path.write_text(json.dumps(res))
+    assert "macros.tex" in assets.stale(assets.build(tmp_path), out)
+
+
+def test_missing_result_files_say_how_to_make_them(tmp_path: Path) -> None:
+    assets = _assets()
+    built = assets.build(tmp_path)  # an empty tree: no result file at all
+    proofs = built["tab_proofs.tex"]
+    assert isinstance(proofs, str) and "not generated yet" in proofs and "toki prove" in proofs
+    assert "toki matrix" in str(built["tab_matrix.tex"])
+    assert "fig_calibration.pdf" not in built
+    macros = str(built["macros.tex"])
+    assert r"\newcommand{\tkCalibMAD}{\missing{toki calibrate}}" in macros
+
+
+def test_a_number_in_the_text_is_a_macro_from_the_results() -> None:
+    assets = _assets()
+    macros = str(assets.build(ROOT)["macros.tex"])
+    res = json.loads((ROOT / "proofs" / "results.json").read_text())
+    assert rf"\newcommand{{\tkProofCount}}{{{len(res)}}}" in macros
+    tex = (ROOT / "paper" / "toki.tex").read_text()
+    used = {line.split("{\\tk", 1)[1].split("}", 1)[0]
+            for line in macros.splitlines() if line.startswith("\\newcommand{\\tk")}
+    for name in ("ProofCount", "CalibMAD", "LocomoTypedDiff", "CheckSeconds"):
+        assert name in used and f"\\tk{name}" in tex
