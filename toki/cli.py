@@ -213,6 +213,59 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pg_grid(args: argparse.Namespace) -> int:
+    """TOKI's operators on a real PostgreSQL server beside the simulator (the real-database
+    grid); writes the CSV and regenerates the table in docs/postgres.md."""
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from toki.experiments.pg_grid import LEVELS, OPERATORS, run_grid, write_csv, write_doc
+    from toki.store.postgres import default_dsn
+
+    try:
+        writers = [int(x) for x in args.writers.split(",") if x.strip()]
+    except ValueError:
+        raise InvalidInput("--writers", f"cannot read {args.writers!r}", "e.g. 2,4,8") from None
+    operators = [x.strip().upper() for x in args.operators.split(",") if x.strip()]
+    levels = [x.strip().upper() for x in args.levels.split(",") if x.strip()]
+    if not writers or min(writers) < 1:
+        raise InvalidInput("--writers", f"{args.writers!r} is not a list of positive counts")
+    if args.reps < 1:
+        raise InvalidInput("--reps", f"{args.reps} is not a positive count")
+    if not operators or not levels or set(operators) - set(OPERATORS) or set(levels) - set(LEVELS):
+        raise InvalidInput(
+            "--operators/--levels",
+            f"{args.operators!r} / {args.levels!r}",
+            "operators from LWW,EWM,AWAIT,RULE; levels from RC,RR,SER",
+        )
+    with tqdm(
+        total=len(operators) * len(levels) * len(writers) * args.reps,
+        disable=args.json or args.quiet,
+        desc="pg-grid",
+        unit="run",
+        file=sys.stderr,
+    ) as bar:
+        rows = run_grid(
+            args.dsn or default_dsn(),
+            operators=operators,
+            levels=levels,
+            writers=writers,
+            reps=args.reps,
+            seed=args.seed,
+            claims_per_agent=args.claims,
+            progress=bar.update,
+        )
+    write_csv(rows, Path(args.out))
+    if args.doc:
+        write_doc(rows, Path(args.doc))
+    if args.json:
+        _print_json({"csv": args.out, "doc": args.doc, "rows": rows})
+    else:
+        print(f"wrote {args.out}" + (f" and the table in {args.doc}" if args.doc else ""))
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toki",
@@ -279,6 +332,20 @@ def _build_parser() -> argparse.ArgumentParser:
     mat.add_argument("--json", action="store_true", help="print the rows as JSON")
     mat.add_argument("--quiet", action="store_true", help="no progress bar")
     mat.set_defaults(handler=_cmd_matrix)
+
+    pgg = sub.add_parser("pg-grid", help="TOKI's operators on PostgreSQL beside the simulator")
+    pgg.add_argument("--dsn", help="server (default $TOKI_PG_DSN or the local test server)")
+    pgg.add_argument("--reps", type=int, default=20, help="seeded schedules per cell")
+    pgg.add_argument("--writers", default="2,4,8", help="comma-separated writer counts")
+    pgg.add_argument("--operators", default="LWW,EWM,AWAIT,RULE")
+    pgg.add_argument("--levels", default="RC,RR,SER")
+    pgg.add_argument("--claims", type=int, default=1, help="claims per writer")
+    pgg.add_argument("--seed", type=int, default=0)
+    pgg.add_argument("--out", default="verdict_matrix/pg_grid.csv")
+    pgg.add_argument("--doc", default="docs/postgres.md", help="'' leaves the docs alone")
+    pgg.add_argument("--json", action="store_true")
+    pgg.add_argument("--quiet", action="store_true")
+    pgg.set_defaults(handler=_cmd_pg_grid)
     return parser
 
 
