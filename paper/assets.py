@@ -151,7 +151,7 @@ def proofs(root: Path, m: Macros) -> Assets:
             bounds = tex(", ".join(f"{k}={v}" for k, v in b.items()))
         ok = "" if p["ok"] else r" \textbf{(expected " + tex(p["expected"]) + ")}"
         body.append([name, what, bounds, tex(p["status"]) + ok, num(p["seconds"], 2)])
-    table = tabular(r"@{}p{3.6cm}p{6.6cm}p{2.9cm}lr@{}",
+    table = tabular(r"@{}P{3.6cm}P{6.6cm}P{2.9cm}lr@{}",
                     ["statement", "claim", "bounds", "result", "s"], body, r"\scriptsize")
     return {"tab_proofs.tex": table}
 
@@ -210,7 +210,7 @@ def mutants(root: Path, m: Macros) -> Assets:
     m.set("MutantCaught", sum(r[3] == "yes" for r in body))
     m.set("MutantFalsePositives", sum(int(r[5]) for r in body if r[5].isdigit()))
     hdr = ["mutant", "defect", "checker", "caught", "schedules", "FP"]
-    return {"tab_mutants.tex": tabular(r"@{}p{4.4cm}p{6.4cm}lccc@{}", hdr,
+    return {"tab_mutants.tex": tabular(r"@{}P{4.4cm}P{6.4cm}lccc@{}", hdr,
                                        [[code(r[0]), *[_md_cell(c) for c in r[1:]]] for r in body],
                                        r"\scriptsize")}
 
@@ -456,7 +456,7 @@ def performance(root: Path, m: Macros) -> Assets:
     results = bench_report.load(root / "benchmarks" / "results")
     body = [[tex(r.area), tex(r.figure), tex(r.measured), tex(r.target), tex(r.anchor)]
             for r in bench_report.rows(results)]
-    out: Assets = {"tab_perf.tex": tabular(r"@{}lp{4.4cm}p{2.6cm}p{2.1cm}p{4.6cm}@{}",
+    out: Assets = {"tab_perf.tex": tabular(r"@{}lP{4.4cm}P{2.6cm}P{2.1cm}P{4.6cm}@{}",
                                            ["area", "figure", "measured", "target", "anchor"],
                                            body, r"\scriptsize")}
     machines = [d["machine"] for d in results.values() if d and "machine" in d]
