@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest bench clean
+.PHONY: run demo test lint typecheck pytest bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -12,8 +12,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-## run: set up, then run the main job on the embedded default
+## run: set up, then regenerate the verdict matrix at the default budget (verdict_matrix/)
 run: $(STAMP)
+	$(PY) -m toki.cli demo
+	$(PY) -m toki.cli matrix --budget default
+
+## demo: the Lisbon → Berlin story only
+demo: $(STAMP)
 	$(PY) -m toki.cli demo
 
 ## test: set up, then lint, type-check and run every test
