@@ -80,3 +80,16 @@ def test_synthetic_workloads_are_seeded_and_validated() -> None:
     with pytest.raises(ValueError, match="contradiction_rate"):
         synthetic(contradiction_rate=1.5)
     assert set(SCENARIOS) >= {"manager", "lisbon-berlin", "npm-pnpm", "lead-status"}
+
+
+def test_n2_has_no_false_alarm_when_orders_are_sampled() -> None:
+    """Six committed claims (720 orders, more than the sample): a serializable run at the
+    precondition must not be reported, whatever order it is equivalent to."""
+    model = TokiModel("EWM")
+    wl = synthetic(agents=3, claims_per_agent=2, keys=1, seed=1)
+    judge = SimJudge(0.5, 1)
+    program = build_program(model, wl, judge=judge)
+    verdicts = [check_run(model, wl, run, judge, RECOVERY, ("N2",))["N2"]
+                for run in iter_runs(program, DPOR(), budget=40)]
+    assert not any(v.found for v in verdicts)
+    assert {v.details.get("serial_orders") for v in verdicts} == {"all"}

@@ -214,7 +214,8 @@ def serial_beliefs(
     limit: int = 120,
 ) -> set[str]:
     """The belief states (hashed) of serial executions of the claims, in every order (up to
-    `limit` orders; beyond that a fixed-seed sample, which makes N2 a sound under-report)."""
+    `limit` orders; beyond that a fixed-seed sample of `limit` orders — a sample can miss
+    the order a run is equivalent to, so `n2_drift` re-checks before it reports)."""
     keys = workload.keys
     orders: Iterable[Sequence[SimClaim]]
     unique = list(dict.fromkeys(claims))
