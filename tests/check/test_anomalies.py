@@ -92,4 +92,6 @@ def test_n2_has_no_false_alarm_when_orders_are_sampled() -> None:
     verdicts = [check_run(model, wl, run, judge, RECOVERY, ("N2",))["N2"]
                 for run in iter_runs(program, DPOR(), budget=40)]
     assert not any(v.found for v in verdicts)
-    assert {v.details.get("serial_orders") for v in verdicts} == {"all"}
+    assert all(v.ran for v in verdicts)
+    # some runs were equivalent to an order the sample missed: those were re-checked in full
+    assert "all" in {v.details.get("serial_orders") for v in verdicts}
