@@ -9,11 +9,11 @@ server and the simulator may disable (block) different agents at a point, the sa
 not always give the same schedule, so cells are compared as rates with Wilson intervals:
 a cell is flagged when the two 95 % intervals are disjoint.
 
-Besides N1–N3 the grid reports `N2co`: N2 with the run's own commit order added to the serial
-orders `serial_beliefs` tries. `serial_beliefs` samples 120 orders when there are more, so a
-run whose belief state equals that of a serial order outside the sample is reported by N2;
-the commit order of a serializable run is such an order, so `N2co` removes those false
-positives (it can only lower N2).
+Besides N1–N3 the grid reports `N2co`: N2 decided, where N2 is undecided (more committed
+claims than it can try every serial order of), by the run's own commit order: a run whose
+belief state equals that of the serial execution in commit order is not an N2 (that order is
+one of the serial orders). Undecided runs are counted apart (`*_undecided`), never as found;
+rates are found / runs.
 
 Level names: RC ↔ READ_COMMITTED, RR ↔ SNAPSHOT (PostgreSQL's repeatable read is snapshot
 isolation), SER ↔ SERIALIZABLE.
@@ -72,6 +72,8 @@ COLUMNS = (
     "sim_ci_low",
     "sim_ci_high",
     "disagree",
+    "server_undecided",
+    "sim_undecided",
     "server_aborts_per_run",
     "sim_aborts_per_run",
     "server_stuck",
@@ -97,14 +99,18 @@ def _commit_order_claims(run: Run, workload: Workload) -> list[SimClaim]:
 
 def _verdicts(
     system: TokiModel, workload: Workload, run: Run, judge: SimJudge, recovery: SimJudge
-) -> dict[str, bool]:
+) -> dict[str, bool | None]:
+    """Per anomaly: True (found), False (ruled out) or None (the checker is undecided)."""
     v = check_run(system, workload, run, judge, recovery)
-    found = {name: verdict.found for name, verdict in v.items()}
+    found: dict[str, bool | None] = {
+        name: (verdict.found if verdict.ran else None) for name, verdict in v.items()
+    }
     n2co = found["N2"]
-    if n2co:
+    if n2co is None:  # undecided: the run's commit order is one serial order that may match
         state = run_serially(system, workload, _commit_order_claims(run, workload), judge)
         live = system.beliefs(dict(run.state), workload.keys)
-        n2co = belief_hash(live) != belief_hash(system.beliefs(state, workload.keys))
+        if belief_hash(live) == belief_hash(system.beliefs(state, workload.keys)):
+            n2co = False
     found["N2co"] = n2co
     return found
 
@@ -150,6 +156,9 @@ def run_grid(
                     found: dict[str, dict[str, int]] = {
                         side: dict.fromkeys(ANOMALIES, 0) for side in ("server", "sim")
                     }
+                    undecided: dict[str, dict[str, int]] = {
+                        side: dict.fromkeys(ANOMALIES, 0) for side in ("server", "sim")
+                    }
                     aborts = {"server": 0, "sim": 0}
                     stuck = {"server": 0, "sim": 0}
                     for i in range(reps):
@@ -166,7 +175,10 @@ def run_grid(
                             for name, hit in _verdicts(
                                 system, workload, run, judge, recovery
                             ).items():
-                                found[side][name] += hit
+                                if hit is None:
+                                    undecided[side][name] += 1
+                                else:
+                                    found[side][name] += hit
                         if progress is not None:
                             progress(1)
                     for name in ANOMALIES:
@@ -192,6 +204,8 @@ def run_grid(
                                         _fmt(b.low),
                                         _fmt(b.high),
                                         "yes" if disjoint else "no",
+                                        undecided["server"][name],
+                                        undecided["sim"][name],
                                         f"{aborts['server'] / reps:.2f}",
                                         f"{aborts['sim'] / reps:.2f}",
                                         stuck["server"],
@@ -220,8 +234,8 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 def doc_section(rows: Sequence[Mapping[str, Any]]) -> str:
     """The markdown table for docs/postgres.md: per cell, found/runs on the server and in the
-    simulator for each anomaly, aborts per run, and the anomalies whose intervals are
-    disjoint."""
+    simulator for each anomaly ("(+k?)": k runs the checker left undecided), aborts per run,
+    and the anomalies whose intervals are disjoint."""
     cells: dict[tuple[str, str, str], dict[str, Mapping[str, Any]]] = {}
     for r in rows:
         cells.setdefault((str(r["operator"]), str(r["level"]), str(r["writers"])), {})[
@@ -238,7 +252,7 @@ def doc_section(rows: Sequence[Mapping[str, Any]]) -> str:
         line = [op, level, w, str(reps)]
         for name in ANOMALIES:
             r = by[name]
-            line += [f"{r['server_found']}/{reps}", f"{r['sim_found']}/{reps}"]
+            line += [_cell(r, "server", reps), _cell(r, "sim", reps)]
         flagged = [n for n in ANOMALIES if by[n]["disagree"] == "yes"]
         line += [
             str(any_row["server_aborts_per_run"]),
@@ -247,6 +261,11 @@ def doc_section(rows: Sequence[Mapping[str, Any]]) -> str:
         ]
         lines.append("| " + " | ".join(line) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(r: Mapping[str, Any], side: str, reps: Any) -> str:
+    undecided = int(r[f"{side}_undecided"])
+    return f"{r[f'{side}_found']}/{reps}" + (f" (+{undecided}?)" if undecided else "")
 
 
 def write_doc(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
