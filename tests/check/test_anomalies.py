@@ -7,7 +7,7 @@ import pytest
 from toki.check.anomalies import check_run, committed_snapshots
 from toki.isolation import Isolation
 from toki.sim import DPOR, iter_runs
-from toki.sim.workload import SCENARIOS, Workload, scenario, synthetic
+from toki.sim.workload import SCENARIOS, SimClaim, Workload, scenario, synthetic
 from toki.systems.base import SimJudge, build_program
 from toki.systems.toki_model import TokiModel
 
@@ -95,3 +95,18 @@ def test_n2_has_no_false_alarm_when_orders_are_sampled() -> None:
     assert all(v.ran for v in verdicts)
     # some runs were equivalent to an order the sample missed: those were re-checked in full
     assert "all" in {v.details.get("serial_orders") for v in verdicts}
+
+
+def test_serial_cache_does_not_mix_workloads_that_share_claim_ids() -> None:
+    """Two claims with the same id but different weights must not share serial outcomes."""
+    light = Workload("w", ((SimClaim("k", "A", cid="a", weight=1.0),),
+                           (SimClaim("k", "B", cid="b", weight=0.5),)))
+    heavy = Workload("w", ((SimClaim("k", "A", cid="a", weight=1.0),),
+                           (SimClaim("k", "B", cid="b", weight=5.0),)))
+    model = TokiModel("EWM")
+    results = []
+    for wl in (light, heavy):
+        program = build_program(model, wl, judge=JUDGE)
+        run = next(iter_runs(program, DPOR(), budget=1))
+        results.append(check_run(model, wl, run, JUDGE, RECOVERY, ("N2",))["N2"].found)
+    assert results == [False, False]
