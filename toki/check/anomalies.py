@@ -159,7 +159,7 @@ def _serial(
         type(system).__qualname__,
         system.name,
         tuple(workload.keys),
-        tuple(sorted(canonical_json(c.to_json()) for c in claims)),  # ids may repeat across workloads
+        tuple(sorted(canonical_json(c.to_json()) for c in claims)),  # not ids: they repeat
         judge.p,
         judge.seed,
         limit,
