@@ -128,6 +128,17 @@ class UnknownProposal(TokiError):
     """A confirmation or rejection names no held decision (AWAIT or manual)."""
 
 
+class ProgramError(TokiError):
+    """A simulated agent misused the engine (a statement outside a transaction, a non-Step
+    value, returning with a transaction open) or raised; the message gives the schedule so far
+    so that the run can be replayed."""
+
+
+class ScheduleError(TokiError):
+    """A recorded schedule does not fit the program it is replayed on (an unknown choice, a
+    choice that is not enabled at that point, or a schedule that ends before the run does)."""
+
+
 class ConstraintViolation(StoreError):
     """A database constraint refused a write (e.g. overlapping adjudicated rows of one key);
     the message names the key and the interval. Nothing of the write was kept."""
