@@ -79,7 +79,6 @@ class DPOR:
         enablers: list[int] = []
         hb: list[int] = []  # hb[j]: bitmask of the events that happen before event j
         direct: list[int] = []  # direct[j]: those with no event in between
-        start = 0
         ex = Execution(program, track=True)
         agents = ex.n
         while True:
@@ -138,7 +137,6 @@ class DPOR:
                 del hb[depth:], direct[depth:]
                 if node.wut:
                     break
-            start = depth
             ex = Execution(program, track=False)
             for pid in pids:
                 ex.step(pid)
