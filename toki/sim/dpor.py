@@ -77,6 +77,8 @@ class DPOR:
         fps: list[Footprint] = []
         alts: list[Footprint | None] = []
         enablers: list[int] = []
+        ends: list[int] = []
+        waits_on: dict[int, frozenset[int]] = {}
         hb: list[int] = []  # hb[j]: bitmask of the events that happen before event j
         direct: list[int] = []  # direct[j]: those with no event in between
         ex = Execution(program, track=True)
@@ -107,6 +109,10 @@ class DPOR:
                 fps.append(fp)
                 alts.append(ex.alts[-1])
                 enablers.append(ex.enablers[-1])
+                ends.append(ex.ends[-1])
+                blockers = ex.waits_on.get(len(ex.pids) - 1)
+                if blockers is not None:
+                    waits_on[k] = blockers
                 mask = dmask = 0
                 for i in range(k - 1, -1, -1):
                     if (mask >> i) & 1:
@@ -123,6 +129,7 @@ class DPOR:
                 stats.note("dpor_sleep_blocked")
             else:
                 _races(stack, pids, fps, alts, enablers, hb, direct, agents)
+                _crash_races(stack, pids, fps, alts, ends, waits_on, hb, agents)
                 yield record(ex, self.name, footprints=fps)
             while True:
                 stack.pop()
@@ -133,7 +140,9 @@ class DPOR:
                 node = stack[-1]
                 done = node.wut.pop(0)
                 node.sleep[done.pid] = fps[depth]
-                del pids[depth:], fps[depth:], alts[depth:], enablers[depth:]
+                del pids[depth:], fps[depth:], alts[depth:], enablers[depth:], ends[depth:]
+                for gone in [i for i in waits_on if i >= depth]:
+                    del waits_on[gone]
                 del hb[depth:], direct[depth:]
                 if node.wut:
                     break
@@ -166,12 +175,42 @@ def _races(
             if pi == pj or enablers[j] == i:
                 continue
             last = fps[j]
-            if (pi == pj + agents and pj < agents) or (pj == pi + agents and pi < agents):
-                alt = alts[i]  # a crash and its victim: the other order's footprint
+            if pi == pj + agents and pj < agents:
+                continue  # a crash and its victim's next step: see _crash_races
+            if pj == pi + agents and pi < agents:
+                alt = alts[i]  # the victim's step, then its crash: the crash as it was before
                 if alt is None:
                     continue
                 last = alt
             _reverse(stack[i], i, last, pj, pids, fps, hb, n, agents)
+
+
+def _crash_races(
+    stack: list[_Node],
+    pids: list[int],
+    fps: list[Footprint],
+    alts: list[Footprint | None],
+    ends: list[int],
+    waits_on: dict[int, frozenset[int]],
+    hb: list[int],
+    agents: int,
+) -> None:
+    """A crash replaces its victim's pending step (and kills the victim if it does not catch
+    `Crash`): reverse that race too, v = notdep(crash, E)·victim, with the footprint of the
+    step the crash discarded. A victim that was blocked can only take that step if one of the
+    transactions it waited for ends within notdep(crash, E)."""
+    n = len(pids)
+    for i in range(n):
+        victim = pids[i] - agents
+        alt = alts[i]
+        if not 0 <= victim < agents or alt is None:
+            continue
+        blockers = waits_on.get(i)
+        if blockers is not None:
+            bit = 1 << i
+            if not any(ends[k] in blockers for k in range(i + 1, n) if not hb[k] & bit):
+                continue
+        _reverse(stack[i], i, alt, victim, pids, fps, hb, n, agents)
 
 
 def _reverse(

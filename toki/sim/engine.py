@@ -4,6 +4,9 @@ Strategies (`toki.sim.explore`, `toki.sim.dpor`) never touch agents or the store
 `Execution` which choices are enabled and tell it which one to take. A choice is a process id
 (pid): agents are `0..n-1`, "crash agent i" is `n + i`, fault j is `2n + j`. Externally (in
 recorded schedules) a choice is the agent index, the string `"crash:<i>"`, or the fault name.
+Crash and fault choices stay on offer until their budget is spent (`Program.crash_budget` per
+agent, `Fault.limit`), so no choice is ever disabled by another process's step, only enabled:
+the assumption optimal DPOR is built on.
 
 Blocking: a step the store answers with `WouldBlock` is still an executed event (the store
 remembers the wait: deadlock detection and, as PostgreSQL does, the statement's start point).
@@ -132,8 +135,10 @@ class Execution:
 
     With `track=True` every event's `Footprint` is recorded in `fps`, together with
     `alts[i]` (for a crash: the footprint of the step it discarded; for an agent step: the
-    footprint its crash would have had just before) and `enablers[i]` (for a retried step:
-    the event whose commit or abort re-enabled it, else -1). DPOR needs all three.
+    footprint its crash would have had just before), `enablers[i]` (for a retried step: the
+    event whose commit or abort re-enabled it, else -1), `ends[i]` (the transaction event i
+    ended, else -1) and `waits_on` (crash event -> the transactions its victim waited for).
+    DPOR needs them all; `fps`, `alts`, `enablers` and `ends` hold the tracked events only.
     """
 
     __slots__ = (
@@ -143,6 +148,7 @@ class Execution:
         "crashes",
         "en",
         "enablers",
+        "ends",
         "fault_fired",
         "fault_names",
         "faults",
@@ -155,6 +161,7 @@ class Execution:
         "steps",
         "store",
         "track",
+        "waits_on",
     )
 
     def __init__(self, program: Program, *, track: bool = False) -> None:
@@ -180,6 +187,8 @@ class Execution:
         self.fps: list[Footprint] = []
         self.alts: list[Footprint | None] = []
         self.enablers: list[int] = []
+        self.ends: list[int] = []  # per event: the transaction it ended (-1: none)
+        self.waits_on: dict[int, frozenset[int]] = {}  # crash event -> its victim's blockers
         self.en: list[int] | None = None  # cache of enabled(); None when it may have changed
         self.agents = [_AgentState(i, gen) for i, gen in enumerate(world.agents)]
         for a in self.agents:
@@ -276,6 +285,7 @@ class Execution:
         self.fps.append(fp)
         self.alts.append(alt)
         self.enablers.append(enabler)
+        self.ends.append(-1)
 
     def _agent_step(self, a: _AgentState) -> None:
         step: Any = a.pending
@@ -407,6 +417,8 @@ class Execution:
         a.attempted = False
         a.waiting = False
         index = len(self.pids) - 1
+        if self.track:
+            self.ends[-1] = txn
         for b in self.agents:
             blockers = b.blockers
             if blockers is not None and txn in blockers:
@@ -426,6 +438,8 @@ class Execution:
         if a.done:
             return  # too late: crashing a finished agent changes nothing
         if a.blockers is not None:
+            if self.track:
+                self.waits_on[len(self.pids) - 1] = a.blockers
             a.blockers = None
             a.enabler = len(self.pids) - 1
         else:

@@ -177,11 +177,13 @@ class Fault:
     """A fault the scheduler may inject between any two steps, like any other choice.
 
     `apply` runs with no arguments (close over the world's shared state in `Program.build`);
-    it must not call the store (a store-level failure is a crash). It can fire up to `limit`
-    times per run, while at least one agent it `affects` is still running. `affects` names the
-    agents whose behaviour it can change (e.g. the owner of the inbox it duplicates a claim
-    into); None means all of them. The fault is treated as dependent with every step of those
-    agents, which is what keeps DPOR sound for faults it knows nothing else about.
+    it must not call the store (a store-level failure is a crash). It fires exactly `limit`
+    times per run: it stays on offer until then, so a firing after the agents it affects
+    have finished is the run in which the fault came too late to matter. (Offering it only
+    while they run would let an agent's last step disable it, which DPOR cannot reverse.)
+    `affects` names the agents whose behaviour it can change (e.g. the owner of the inbox it
+    duplicates a claim into); None means all of them. The fault is dependent with every step
+    of those agents, which keeps DPOR sound for faults it knows nothing else about.
     """
 
     name: str
@@ -203,9 +205,13 @@ class World:
 class Program:
     """A factory of fresh worlds, so that any schedule can be replayed from scratch.
 
-    `crash_budget` is the number of crashes a run may contain (crash choices are offered for
-    every running agent while the budget lasts). `max_steps` caps one run; a run that reaches
-    it is marked truncated (agents that retry forever need it).
+    `crash_budget` is the number of crashes of *each* agent a run contains: agent i's crash
+    choice ("crash:i") is offered until it has been taken that many times, and crashing an
+    agent that has already finished is a recorded no-op (the crash came too late). A budget
+    per agent rather than per run keeps every choice disabled only by itself: with a shared
+    budget one agent's crash would disable the others', a race DPOR cannot reverse.
+    `max_steps` caps one run; a run that reaches it is marked truncated (agents that retry
+    for ever need it).
     """
 
     name: str
