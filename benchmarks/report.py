@@ -244,6 +244,19 @@ def growth(results: dict[str, dict[str, Any] | None]) -> list[str]:
             cells = [_proof_cell(by_k[k]) if k in by_k else "—" for k in ks]
             lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
         lines.append("")
+    sim = results.get("sim")
+    if sim and sim.get("programs"):
+        lines += ["**Schedules explored per strategy vs Mazurkiewicz trace classes** "
+                  f"(`{SOURCES['sim']}`, {sim.get('mode', '?')} mode, budget "
+                  f"{fmt(sim.get('budget'))}; + = budget reached, classes not countable):", "",
+                  "| program | exhaustive | bound 1 | bound 2 | DPOR | classes | DPOR / classes |"
+                  " final states |", "|---|---|---|---|---|---|---|---|"]
+        for r in sim["programs"]:
+            full = fmt(r["exhaustive"]) + ("" if r["exhaustive_complete"] else "+")
+            lines.append(f"| `{r['program']}` | {full} | {fmt(r['bounded_1'])} | "
+                         f"{fmt(r['bounded_2'])} | {fmt(r['dpor'])} | {fmt(r['classes'])} | "
+                         f"{fmt(r['ratio'])} | {fmt(r['final_states'])} |")
+        lines.append("")
     if not lines:
         lines = ["No results file has several sizes yet.", ""]
     return lines
