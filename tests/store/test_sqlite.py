@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from toki import FactKey, Memory
+from toki.errors import IntegrityError
 from toki.store.sqlite import SQLiteStore
 
 K = FactKey(tenant="t1", subject="u1", fact_key="city")
@@ -150,3 +151,25 @@ def test_killed_writer_loses_nothing_committed_and_leaves_no_half_event(tmp_path
                 assert set(e.version_ids) <= asserted
         assert mem.reconcile().ok
         assert json.loads(events[-1].payload)["_key"]["tenant"] == "t"
+
+
+def test_an_unreadable_event_row_is_an_integrity_error_naming_its_seq(tmp_path: Path) -> None:
+    """Someone bypassed the triggers and broke a payload: reading says which event, not a
+    bare JSON error, and opening the memory refuses rather than replaying around it."""
+    path = tmp_path / "a.db"
+    with Memory.open(f"sqlite:///{path}") as mem:
+        _fill(mem)
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TRIGGER toki_event_no_update")
+    conn.execute("UPDATE toki_event SET payload='{not json' WHERE seq=2")
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(path)
+    try:
+        with pytest.raises(IntegrityError, match=r"a\.db: event seq 2 is unreadable"):
+            list(store.load())
+        assert [e.seq for e in store.load(after_seq=2)] == list(range(3, store.last_seq() + 1))
+    finally:
+        store.close()
+    with pytest.raises(IntegrityError, match="event seq 2"):
+        Memory.open(f"sqlite:///{path}")

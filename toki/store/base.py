@@ -11,8 +11,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from toki.errors import StoreError
-from toki.log import Event
+from toki.errors import IntegrityError, StoreError
+from toki.log import Event, event_from_record
 from toki.model import FactKey
 from toki.replay import KeySummary
 
@@ -75,3 +75,18 @@ def open_store(url: str) -> EventStore:
     raise StoreError(
         f"url: cannot open {url!r} (use 'memory://', 'sqlite:///path.db' or 'postgresql://…')"
     )
+
+
+EVENT_COLUMNS = "seq, key_seq, kind, payload, payload_hash, event_id"
+"""The columns of an event row, in the order `events_from_rows` reads them."""
+
+
+def events_from_rows(rows: Sequence[Sequence[object]], where: str) -> Iterator[Event]:
+    """Decode stored event rows (`EVENT_COLUMNS`); an unreadable row names its store and seq."""
+    for row in rows:
+        record = dict(zip(EVENT_COLUMNS.split(", "), row, strict=True))
+        try:
+            yield event_from_record(record)
+        except (KeyError, ValueError) as exc:
+            seq = record["seq"]
+            raise IntegrityError(f"{where}: event seq {seq} is unreadable: {exc}") from exc

@@ -25,9 +25,10 @@ from psycopg.types.range import Range
 
 from toki.canonical import canonical_json
 from toki.errors import ConstraintViolation, IntegrityError, StoreError
-from toki.log import Event, EventKind, event_from_record
+from toki.log import Event, EventKind
 from toki.model import FactKey
 from toki.replay import KeySummary
+from toki.store.base import EVENT_COLUMNS, events_from_rows
 from toki.time import format_instant, parse_instant
 
 __all__ = ["DEFAULT_DSN", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStore", "default_dsn"]
@@ -351,26 +352,12 @@ class PostgresStore:
             rows = (
                 self._live()
                 .execute(
-                    "SELECT seq, key_seq, kind, payload, payload_hash, event_id FROM toki_event "
-                    "WHERE seq > %s ORDER BY seq",
+                    f"SELECT {EVENT_COLUMNS} FROM toki_event WHERE seq > %s ORDER BY seq",
                     (after_seq,),
                 )
                 .fetchall()
             )
-        for seq, key_seq, kind, payload, payload_hash, event_id in rows:
-            try:
-                yield event_from_record(
-                    {
-                        "seq": seq,
-                        "key_seq": key_seq,
-                        "kind": kind,
-                        "payload": payload,
-                        "payload_hash": payload_hash,
-                        "event_id": event_id,
-                    }
-                )
-            except (KeyError, ValueError) as exc:
-                raise IntegrityError(f"{self.url}: event seq {seq} is unreadable: {exc}") from exc
+        return events_from_rows(rows, self.url)
 
     def last_seq(self) -> int:
         with self._lock, self._errors():

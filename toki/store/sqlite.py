@@ -16,10 +16,11 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from toki.canonical import canonical_json
-from toki.errors import IntegrityError, StoreError
-from toki.log import Event, event_from_record
+from toki.errors import StoreError
+from toki.log import Event
 from toki.model import FactKey
 from toki.replay import KeySummary
+from toki.store.base import EVENT_COLUMNS, events_from_rows
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -156,24 +157,10 @@ class SQLiteStore:
     def load(self, after_seq: int = 0) -> Iterator[Event]:
         with self._lock:
             rows = self._conn.execute(
-                "SELECT seq, key_seq, kind, payload, payload_hash, event_id FROM toki_event "
-                "WHERE seq > ? ORDER BY seq",
+                f"SELECT {EVENT_COLUMNS} FROM toki_event WHERE seq > ? ORDER BY seq",
                 (after_seq,),
             ).fetchall()
-        for seq, key_seq, kind, payload, payload_hash, event_id in rows:
-            try:
-                yield event_from_record(
-                    {
-                        "seq": seq,
-                        "key_seq": key_seq,
-                        "kind": kind,
-                        "payload": payload,
-                        "payload_hash": payload_hash,
-                        "event_id": event_id,
-                    }
-                )
-            except (KeyError, ValueError) as exc:
-                raise IntegrityError(f"{self.path}: event seq {seq} is unreadable: {exc}") from exc
+        return events_from_rows(rows, str(self.path))
 
     def last_seq(self) -> int:
         with self._lock:
