@@ -706,7 +706,7 @@ class Memory:
             return pending
 
         self._write(build)
-        return result[0]
+        return replace(result[0], claim_id=version.id)
 
     def _judge_events(self, ctx: ResolveContext, pending: list[Event]) -> None:
         for call in ctx.new_calls:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from toki import Claim, FactKey, Lifecycle, Memory
-from toki.algebra import AWAIT, EWM, LWW, RULE, Action, Policy, UnknownPolicy
+from toki.algebra import AWAIT, EWM, LWW, RULE, Action, Operator, Policy, UnknownPolicy
 from toki.errors import InvalidInput, IsolationViolation, UnknownProposal
 from toki.isolation import Isolation
 from toki.judge import JudgeQuestion, MalformedVerdict, PreferSourceJudge, Verdict
@@ -263,3 +263,14 @@ def test_pointwise_lww_keeps_both_parts_of_a_partial_overlap(mem: Memory) -> Non
     answers = [mem.resolve_at(CITY, f"2026-{m:02d}-15T00:00:00Z").value for m in (2, 4, 7)]
     assert answers == ["Oslo", "Bergen", "Oslo"]  # Oslo split around the newer claim
     assert mem.open_conflicts(CITY) == []
+
+
+@pytest.mark.parametrize("op", [LWW, EWM, AWAIT], ids=lambda o: o.name)
+def test_a_decision_names_the_version_its_claim_was_written_as(mem: Memory, op: Operator) -> None:
+    first = mem.write(claim(CITY, "Lisbon", 1, 2), op)
+    second = mem.write(claim(CITY, "Berlin", 7, 8), op)
+    again = mem.write(claim(CITY, "Lisbon", 1, 2), op)
+    by_id = {h.version.id: h.version.value for h in mem.history(CITY)}
+    assert [by_id.get(d.claim_id or "") for d in (first, second)] == ["Lisbon", "Berlin"]
+    assert again.action is Action.NOOP and again.claim_id == first.claim_id
+    assert first.claim_id != second.claim_id

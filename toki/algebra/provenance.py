@@ -89,6 +89,7 @@ class Decision:
     losers: tuple[str, ...]
     provenance: Provenance
     ranking: tuple[str, ...] = ()  # best first; each valid-time point goes to the best cover
+    claim_id: str | None = None  # set by Memory.write: the version id the claim was given
 
     @property
     def token(self) -> str:

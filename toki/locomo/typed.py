@@ -360,18 +360,12 @@ def build_typed_memory(
                 policies.add(c.predicate)
             valid_from = c.when.start if c.when.source is BoundSource.EVIDENCE else None
             claim = Claim(key, c.text, c.source_id, valid_from=valid_from, recorded_at=recorded)
-            mem.write(claim, operator)
-            vid = _version_id(mem, key, c.text, recorded)
+            vid = mem.write(claim, operator).claim_id
+            if vid is None:  # pragma: no cover - Memory.write always names the claim's version
+                raise InvalidInput("claim", f"the write of {c.text!r} named no version")
             facts.append(TypedFact(key, vid, session.index, recorded, c))
     speakers = (conversation.speaker_a, conversation.speaker_b)
     return TypedMemory(sid, mem, tuple(facts), speakers, operator.name, times)
-
-
-def _version_id(mem: Memory, key: FactKey, text: str, recorded: datetime) -> str:
-    for h in mem.history(key):
-        if h.version.value == text and h.version.recorded_at == recorded:
-            return h.version.id
-    raise InvalidInput("claim", f"the write of {text!r} left no version under {key}")
 
 
 _PRESENT = re.compile(r"^\s*(what|which|who|where|how)\b.*\b(is|are|does|do)\b", re.I)
