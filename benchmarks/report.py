@@ -101,9 +101,16 @@ def _rows_core(d: dict[str, Any] | None) -> list[Row]:
                     "—")]
     units = {"replay_events_per_s": "events/s", "resolve_at_us_1e5_versions": "µs",
              "sqlite_batched_append_events_per_s": "events/s"}
-    return [Row("core", name.replace("_", " "), fmt(t["measured"], units.get(name, "")),
+    rows = [Row("core", name.replace("_", " "), fmt(t["measured"], units.get(name, "")),
                 fmt(t["target"], units.get(name, "")), "—")
             for name, t in sorted(d.get("targets", {}).items())]
+    sq = d.get("sqlite", {})
+    if "raw_sqlite_same_rows_per_s" in sq:
+        rows.append(Row("core", "sqlite3 alone, same rows into the same schema (FULL / OFF sync)",
+                        f"{fmt(sq['raw_sqlite_same_rows_per_s'], 'rows/s')} / "
+                        f"{fmt(sq['raw_sqlite_same_rows_unsynced_per_s'], 'rows/s')}", "—",
+                        "— (the database's floor under toki's append)"))
+    return rows
 
 
 def _rows_algebra(d: dict[str, Any] | None) -> list[Row]:

@@ -55,6 +55,23 @@ CREATE TABLE IF NOT EXISTS toki_current (
 """
 
 
+INSERT_EVENT = "INSERT INTO toki_event VALUES (?,?,?,?,?,?,?,?)"
+
+
+def event_row(e: Event) -> tuple[object, ...]:
+    """An event as a `toki_event` row (the columns of `_SCHEMA`, in order)."""
+    return (
+        e.seq,
+        e.key_seq,
+        e.kind.value,
+        _key_text(e.key),
+        e.body["_recorded_at"],
+        e.payload,
+        e.payload_hash,
+        e.event_id,
+    )
+
+
 class SQLiteStore:
     """Durable events and projection in one SQLite file."""
 
@@ -118,22 +135,7 @@ class SQLiteStore:
         replace: bool = False,
     ) -> None:
         with self._locked():
-            self._conn.executemany(
-                "INSERT INTO toki_event VALUES (?,?,?,?,?,?,?,?)",
-                [
-                    (
-                        e.seq,
-                        e.key_seq,
-                        e.kind.value,
-                        _key_text(e.key),
-                        e.body["_recorded_at"],
-                        e.payload,
-                        e.payload_hash,
-                        e.event_id,
-                    )
-                    for e in events
-                ],
-            )
+            self._conn.executemany(INSERT_EVENT, [event_row(e) for e in events])
             if replace:
                 self._conn.execute("DELETE FROM toki_current")
             self._conn.executemany(
