@@ -30,9 +30,8 @@ from toki.experiments.stats import (
 )
 from toki.locomo.answer import Answerer
 from toki.locomo.data import LocomoDataset
-from toki.locomo.flat import QAResult, answer_questions
-from toki.locomo.metrics import evidence_recall_at_k, normalize_answer, score_qa
-from toki.locomo.retrieval import hit_evidence
+from toki.locomo.flat import QAResult, answer_one, answer_questions
+from toki.locomo.metrics import normalize_answer
 from toki.locomo.typed import (
     Extractor,
     TypedAnswerer,
@@ -168,24 +167,11 @@ def typed_answers(
     for tm in memories:
         conv = dataset.conversation(tm.sample_id)
         retriever = TypedRetriever(tm, overwrite=overwrite)
-        for q in conv.qa:
-            if int(q.category) not in cats:
-                continue
-            hits = retriever.retrieve(q.question, k)
-            prediction = ans.answer(q.question, hits, int(q.category))
-            out.append(
-                QAResult(
-                    sample_id=conv.sample_id,
-                    qa_index=q.index,
-                    category=int(q.category),
-                    question=q.question,
-                    gold=q.answer,
-                    prediction=prediction,
-                    score=score_qa(prediction, q),
-                    recall=evidence_recall_at_k(hit_evidence(hits), q.evidence, k),
-                    retrieved=tuple(h.chunk.id for h in hits),
-                )
-            )
+        out += [
+            answer_one(conv.sample_id, q, retriever, ans, k)
+            for q in conv.qa
+            if int(q.category) in cats
+        ]
     return out
 
 

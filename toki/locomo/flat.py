@@ -17,7 +17,7 @@ from typing import Any
 
 from toki.errors import InvalidInput
 from toki.locomo.answer import Answerer, ExtractiveAnswerer
-from toki.locomo.data import Category, Conversation, LocomoDataset
+from toki.locomo.data import QA, Category, Conversation, LocomoDataset
 from toki.locomo.metrics import evidence_recall_at_k, score_qa
 from toki.locomo.retrieval import BM25Retriever, Chunk, Retriever, Tokenizer, hit_evidence
 
@@ -106,6 +106,23 @@ class QAResult:
     retrieved: tuple[str, ...]
 
 
+def answer_one(sample_id: str, q: QA, retriever: Retriever, answerer: Answerer, k: int) -> QAResult:
+    """Retrieve k hits for one question, answer from them, and score answer and retrieval."""
+    hits = retriever.retrieve(q.question, k)
+    prediction = answerer.answer(q.question, hits, int(q.category))
+    return QAResult(
+        sample_id=sample_id,
+        qa_index=q.index,
+        category=int(q.category),
+        question=q.question,
+        gold=q.answer,
+        prediction=prediction,
+        score=score_qa(prediction, q),
+        recall=evidence_recall_at_k(hit_evidence(hits), q.evidence, k),
+        retrieved=tuple(h.chunk.id for h in hits),
+    )
+
+
 def answer_questions(
     dataset: LocomoDataset,
     *,
@@ -135,22 +152,7 @@ def answer_questions(
         retriever: Retriever = BM25Retriever(
             build_flat_chunks(conv, turns=include_turns), tokenizer=tok
         )
-        for q in selected:
-            hits = retriever.retrieve(q.question, k)
-            prediction = ans.answer(q.question, hits, int(q.category))
-            results.append(
-                QAResult(
-                    sample_id=conv.sample_id,
-                    qa_index=q.index,
-                    category=int(q.category),
-                    question=q.question,
-                    gold=q.answer,
-                    prediction=prediction,
-                    score=score_qa(prediction, q),
-                    recall=evidence_recall_at_k(hit_evidence(hits), q.evidence, k),
-                    retrieved=tuple(h.chunk.id for h in hits),
-                )
-            )
+        results += [answer_one(conv.sample_id, q, retriever, ans, k) for q in selected]
     return results
 
 
