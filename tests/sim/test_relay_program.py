@@ -11,13 +11,24 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from toki.check.relay import relay_verdict
 from toki.errors import InvalidInput
 from toki.isolation import Isolation
 from toki.model import FactKey
 from toki.relay import OutboxRow
-from toki.sim import DPOR, BoundedDFS, OpKind, Run, explore, replay_schedule, trace_class
+from toki.sim import (
+    DPOR,
+    BoundedDFS,
+    OpKind,
+    RandomStrategy,
+    Run,
+    explore,
+    replay_schedule,
+    trace_class,
+)
 from toki.sim.relay import POSITION, RELAY_FAIL, log_rows, outbox_rows, relay_program
 
 K = FactKey("crm", "people:ivan", "city")
@@ -143,3 +154,35 @@ def test_bad_arguments_are_refused_with_the_reason(kwargs: dict[str, Any], messa
     outbox = args.pop("outbox")
     with pytest.raises(InvalidInput, match=message):
         relay_program(outbox, **args)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.integers(1, 3),
+    level=st.sampled_from(
+        [Isolation.READ_COMMITTED, Isolation.REPEATABLE_READ, Isolation.SNAPSHOT,
+         Isolation.SERIALIZABLE]
+    ),
+    writer=st.booleans(),
+    failures=st.integers(0, 2),
+    crashes=st.integers(0, 1),
+    seed=st.integers(0, 2**16),
+)
+def test_at_read_committed_and_above_no_schedule_loses_or_invents_history(
+    rows: int, level: Isolation, writer: bool, failures: int, crashes: int, seed: int
+) -> None:
+    """The relay's invariant on random configurations and random schedules: whatever the
+    failures, crashes and interleavings, the log is the committed outbox up to the relay's
+    position, with the source write times."""
+    prog = relay_program(
+        OUTBOX[:rows], level=level, writer=writer, failures=failures, crash_budget=crashes
+    )
+    print(f"seed={seed} rows={rows} level={level.value} writer={writer} failures={failures}")
+    result = explore(prog, RandomStrategy(seed), budget=60)
+    for run in result.runs:
+        state = dict(run.state)
+        assert not run.truncated and not run.deadlock
+        verdict = relay_verdict(state)
+        assert not verdict.found, (run.schedule, verdict.details)
+        log, committed = log_rows(state), outbox_rows(state)
+        assert [log[i] for i in sorted(log)] == committed[: state[POSITION]]
