@@ -8,6 +8,9 @@ Throughput is engine steps per second (replayed prefixes included) for a seeded 
 (no footprints), exhaustive search, and DPOR (footprints and race analysis on).
 
 Targets: ≥ 100k steps/s for the random walk; DPOR/classes ≤ 1.5 on every program.
+Also: the outbox relay (`toki.sim.relay`) explored by DPOR at three isolation levels, with a
+concurrent source writer, one scheduled delivery failure and one crash per process; each
+final state judged by `toki.check.relay.relay_verdict`.
 Writes benchmarks/results/sim.json.
 
     python -m benchmarks.bench_sim            # full: exhaustive up to 10^6 schedules
@@ -21,6 +24,8 @@ import time
 from typing import Any
 
 from benchmarks.common import machine_info, write_results
+from toki.check.relay import relay_verdict
+from toki.isolation import Isolation
 from toki.sim import (
     DPOR,
     BoundedDFS,
@@ -29,9 +34,11 @@ from toki.sim import (
     Run,
     Strategy,
     explore,
+    iter_runs,
     trace_class,
 )
 from toki.sim.examples import BENCHMARKS
+from toki.sim.relay import SEED_OUTBOX, relay_program
 
 TARGET_STEPS_PER_S = 100_000
 TARGET_RATIO = 1.5
@@ -101,6 +108,27 @@ def throughput(runs: int) -> dict[str, Any]:
     return out
 
 
+def relay_rows(rows: int, budget: int = 1_000_000) -> list[dict[str, Any]]:
+    """Schedules DPOR explores for the relay per level, and how many lose or invent history."""
+    out = []
+    for level in (Isolation.READ_UNCOMMITTED, Isolation.READ_COMMITTED, Isolation.SNAPSHOT):
+        prog = relay_program(SEED_OUTBOX[:rows], level=level, failures=1, crash_budget=1)
+        started = time.perf_counter()
+        verdicts = [relay_verdict(dict(r.state)) for r in iter_runs(prog, DPOR(), budget)]
+        row: dict[str, Any] = {
+            "level": level.value,
+            "rows": rows,
+            "schedules": len(verdicts),
+            "complete": len(verdicts) < budget,
+            "flagged": sum(v.found for v in verdicts),
+        }
+        for cause in ("lost_rows", "relay_time_rows", "phantom_rows"):
+            row[cause] = sum(bool(v.details[cause]) for v in verdicts)
+        row["seconds"] = round(time.perf_counter() - started, 2)
+        out.append(row)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small budgets (CI smoke run)")
@@ -118,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
             f"  classes {row['classes']!s:>6}  ratio {row['ratio']!s:>6}",
             flush=True,
         )
+    relay = relay_rows(1 if args.quick else 2)
+    for r in relay:
+        print(f"relay {r['level']:17} {r['schedules']:>7} schedules, {r['flagged']:>6} flagged")
     ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
     walk = speed["random_walk"]["steps_per_s"]
     summary = {
@@ -141,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             "budget": budget,
             "throughput": speed,
             "programs": rows,
+            "relay": relay,
             "summary": summary,
             "wall_seconds": round(time.perf_counter() - started, 1),
         },

@@ -264,6 +264,18 @@ def growth(results: dict[str, dict[str, Any] | None]) -> list[str]:
                          f"{fmt(r['bounded_2'])} | {fmt(r['dpor'])} | {fmt(r['classes'])} | "
                          f"{fmt(r['ratio'])} | {fmt(r['final_states'])} |")
         lines.append("")
+    if sim and sim.get("relay"):
+        lines += ["**The outbox relay under DPOR** (one scheduled delivery failure, one crash of "
+                  "the writer and of the relay; flagged = a final state that loses or invents "
+                  "history, by cause):", "",
+                  "| level | outbox rows | schedules | flagged | lost | relay time | phantom |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in sim["relay"]:
+            full = fmt(r["schedules"]) + ("" if r["complete"] else "+")
+            lines.append(f"| {r['level']} | {r['rows']} | {full} | {fmt(r['flagged'])} | "
+                         f"{fmt(r['lost_rows'])} | {fmt(r['relay_time_rows'])} | "
+                         f"{fmt(r['phantom_rows'])} |")
+        lines.append("")
     if not lines:
         lines = ["No results file has several sizes yet.", ""]
     return lines

@@ -497,6 +497,30 @@ def performance(root: Path, m: Macros) -> Assets:
             return data
 
         out.update(_figure("fig_check", "Checker scaling figure", cmd, draw))
+    sim = results.get("sim")
+    sim_cmd = bench_report.SOURCES["sim"]
+    if sim and sim.get("programs"):
+        progs = sim["programs"]
+        m.set("DporPrograms", len(progs))
+        m.set("DporCounted", sum(r["classes"] is not None for r in progs))
+        m.set("DporMaxRatio", num(sim["summary"]["max_dpor_ratio"] or 0, 2))
+        m.set("ExhaustiveMax", f"{max(r['exhaustive'] for r in progs):,}".replace(",", "{,}"))
+        m.set("SimStepsPerS", f"{sim['summary']['random_walk_steps_per_s']:,}".replace(",", "{,}"))
+    else:
+        m.missing(["DporPrograms", "DporCounted", "DporMaxRatio", "ExhaustiveMax",
+                   "SimStepsPerS"], sim_cmd)
+    relay = {r["level"]: r for r in (sim or {}).get("relay", [])}
+    if {"read_uncommitted", "read_committed", "snapshot"} <= relay.keys():
+        ru, rc, si = relay["read_uncommitted"], relay["read_committed"], relay["snapshot"]
+        m.set("RelayRows", ru["rows"])
+        m.set("RelayRUSchedules", f"{ru['schedules']:,}".replace(",", "{,}"))
+        m.set("RelayRUFlagged", f"{ru['flagged']:,}".replace(",", "{,}"))
+        m.set("RelayRUPhantom", f"{ru['phantom_rows']:,}".replace(",", "{,}"))
+        m.set("RelayCleanSchedules", f"{rc['schedules'] + si['schedules']:,}".replace(",", "{,}"))
+        m.set("RelayCleanFlagged", rc["flagged"] + si["flagged"])
+    else:
+        m.missing(["RelayRows", "RelayRUSchedules", "RelayRUFlagged", "RelayRUPhantom",
+                   "RelayCleanSchedules", "RelayCleanFlagged"], sim_cmd)
     proofs_b = results.get("proofs")
     if proofs_b:
         m.set("ProofBenchSeconds", num(proofs_b["default_bounds_total_seconds"], 1))

@@ -17,8 +17,6 @@ from hypothesis import strategies as st
 from toki.check.relay import relay_verdict
 from toki.errors import InvalidInput
 from toki.isolation import Isolation
-from toki.model import FactKey
-from toki.relay import OutboxRow
 from toki.sim import (
     DPOR,
     BoundedDFS,
@@ -29,14 +27,17 @@ from toki.sim import (
     replay_schedule,
     trace_class,
 )
-from toki.sim.relay import POSITION, RELAY_FAIL, log_rows, outbox_rows, relay_program
+from toki.sim.relay import (
+    POSITION,
+    RELAY_FAIL,
+    SEED_OUTBOX,
+    log_rows,
+    outbox_rows,
+    relay_program,
+)
 
-K = FactKey("crm", "people:ivan", "city")
-OUTBOX = [
-    OutboxRow(K, "Berlin", "2026-10-15T00:00:00Z", "2026-11-01T10:00:00Z", "crm-1"),
-    OutboxRow(K, "Prague", "2026-11-02T00:00:00Z", "2026-11-02T10:00:00Z", "crm-2"),
-    OutboxRow(K, "Oslo", "2026-11-03T00:00:00Z", "2026-11-03T10:00:00Z", "crm-3"),
-]
+OUTBOX = list(SEED_OUTBOX)
+K = OUTBOX[0].key
 
 
 def verdicts(runs: list[Run]) -> list[Any]:

@@ -28,6 +28,7 @@ from typing import Any, Final, Literal
 
 from toki.errors import InvalidInput
 from toki.isolation import Isolation
+from toki.model import FactKey
 from toki.relay import OutboxRow
 from toki.sim.program import (
     Abort,
@@ -45,11 +46,19 @@ from toki.sim.program import (
 from toki.sim.store import SimStore
 from toki.time import format_instant, parse_instant
 
-__all__ = ["POSITION", "RELAY_FAIL", "log_rows", "outbox_rows", "relay_program"]
+__all__ = ["POSITION", "RELAY_FAIL", "SEED_OUTBOX", "log_rows", "outbox_rows", "relay_program"]
 
 POSITION: Final = ("relay", "position")
 RELAY_FAIL: Final = "relay-fail"
 WRITER, RELAY = 0, 1  # agent indexes when the program has a writer
+
+_CITY = FactKey("crm", "people:ivan", "city")
+SEED_OUTBOX: Final = (
+    OutboxRow(_CITY, "Berlin", "2026-10-15T00:00:00Z", "2026-11-01T10:00:00Z", "crm-1"),
+    OutboxRow(_CITY, "Prague", "2026-11-02T00:00:00Z", "2026-11-02T10:00:00Z", "crm-2"),
+    OutboxRow(_CITY, "Oslo", "2026-11-03T00:00:00Z", "2026-11-03T10:00:00Z", "crm-3"),
+)
+"""The seeds' (002) CRM outbox: one person's city changing three times, written by triggers."""
 
 
 def outbox_rows(state: dict[Any, Any]) -> list[OutboxRow]:
