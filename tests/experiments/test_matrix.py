@@ -204,3 +204,16 @@ def test_dask_gives_the_same_rows_as_local(
     )
     assert dask.csv_rows() == _subset_rows(out)
     assert len(seen) == len(dask.tasks)  # progress covered every task
+
+
+@pytest.mark.slow
+def test_the_committed_verdict_matrix_is_what_the_code_produces(tmp_path: Path) -> None:
+    """verdict_matrix/ is committed output: a change to a model, a checker or the engine that
+    moves a cell must come with the regenerated matrix (`make run` or `toki matrix`)."""
+    fresh = run_matrix(CONFIG, budget="default", workers=2, out=tmp_path)
+    committed = CONFIG.parent / "matrix.csv"
+    with open(committed, newline="") as fh:
+        old = list(csv.DictReader(fh))
+    assert fresh.csv_rows() == old, "verdict_matrix/ is stale: run `toki matrix --budget default`"
+    for p in sorted((tmp_path / "witnesses").glob("*.json")):
+        assert p.read_text() == (CONFIG.parent / "witnesses" / p.name).read_text(), p.name
