@@ -219,63 +219,64 @@ def _proof_cell(p: dict[str, Any]) -> str:
             f"{one(p.get('weaker_level_seconds'), p.get('weaker_level_status'), 'counterexample')}")
 
 
+def _table(title: str, header: list[str], body: list[list[str]]) -> list[str]:
+    """A bold title line, then a markdown table, then a blank line."""
+    return [title, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in body), ""]
+
+
+def _with_slope(sizes: list[dict[str, Any]]) -> list[list[str]]:
+    body, prev = [], None
+    for r in sizes:
+        slope = "—"
+        if prev is not None:
+            ratio = math.log(r["check_s"] / prev["check_s"])
+            slope = f"{ratio / math.log(r['txns'] / prev['txns']):.2f}"
+        body.append([fmt(r["txns"]), fmt(r["ops"]), fmt(r["check_s"], "s"), fmt(r["txns_per_s"]),
+                     fmt(r["peak_rss_during_check_mb"], "MB"), slope])
+        prev = r
+    return body
+
+
 def growth(results: dict[str, dict[str, Any] | None]) -> list[str]:
     """Markdown: how each figure grows with the work, where a results file has several sizes."""
     lines: list[str] = []
     check = results.get("check")
     if check:
-        sizes = _check_sizes(check)
-        lines += ["**Adya checker vs history size** (slowest workload per size; exponent = "
-                  "log-log slope from the previous size):", "",
-                  "| txns | ops | check | txns/s | peak RSS | exponent |", "|---|---|---|---|---|---|"]
-        prev = None
-        for r in sizes:
-            slope = "—"
-            if prev is not None:
-                ratio = math.log(r["check_s"] / prev["check_s"])
-                slope = f"{ratio / math.log(r['txns'] / prev['txns']):.2f}"
-            lines.append(f"| {fmt(r['txns'])} | {fmt(r['ops'])} | {fmt(r['check_s'], 's')} | "
-                         f"{fmt(r['txns_per_s'])} | {fmt(r['peak_rss_during_check_mb'], 'MB')} | "
-                         f"{slope} |")
-            prev = r
-        lines.append("")
+        lines += _table("**Adya checker vs history size** (slowest workload per size; exponent = "
+                        "log-log slope from the previous size):",
+                        ["txns", "ops", "check", "txns/s", "peak RSS", "exponent"],
+                        _with_slope(_check_sizes(check)))
     proofs = results.get("proofs")
     if proofs and proofs.get("growth_with_k"):
         ks = sorted({p["k"] for ps in proofs["growth_with_k"].values() for p in ps})
-        lines += ["**z3 proof time vs the transaction bound k** (seconds; at the precondition / "
-                  "one level below):", "",
-                  "| proof | " + " | ".join(f"k={k}" for k in ks) + " |",
-                  "|---|" + "---|" * len(ks)]
+        body = []
         for name, ps in sorted(proofs["growth_with_k"].items()):
             by_k = {p["k"]: p for p in ps}
-            cells = [_proof_cell(by_k[k]) if k in by_k else "—" for k in ks]
-            lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
-        lines.append("")
+            body.append([f"`{name}`", *(_proof_cell(by_k[k]) if k in by_k else "—" for k in ks)])
+        lines += _table("**z3 proof time vs the transaction bound k** (seconds; at the "
+                        "precondition / one level below):", ["proof", *(f"k={k}" for k in ks)],
+                        body)
     sim = results.get("sim")
     if sim and sim.get("programs"):
-        lines += ["**Schedules explored per strategy vs Mazurkiewicz trace classes** "
-                  f"(`{SOURCES['sim']}`, {sim.get('mode', '?')} mode, budget "
-                  f"{fmt(sim.get('budget'))}; + = budget reached, classes not countable):", "",
-                  "| program | exhaustive | bound 1 | bound 2 | DPOR | classes | DPOR / classes |"
-                  " final states |", "|---|---|---|---|---|---|---|---|"]
-        for r in sim["programs"]:
-            full = fmt(r["exhaustive"]) + ("" if r["exhaustive_complete"] else "+")
-            lines.append(f"| `{r['program']}` | {full} | {fmt(r['bounded_1'])} | "
-                         f"{fmt(r['bounded_2'])} | {fmt(r['dpor'])} | {fmt(r['classes'])} | "
-                         f"{fmt(r['ratio'])} | {fmt(r['final_states'])} |")
-        lines.append("")
+        lines += _table(
+            "**Schedules explored per strategy vs Mazurkiewicz trace classes** "
+            f"(`{SOURCES['sim']}`, {sim.get('mode', '?')} mode, budget "
+            f"{fmt(sim.get('budget'))}; + = budget reached, classes not countable):",
+            ["program", "exhaustive", "bound 1", "bound 2", "DPOR", "classes", "DPOR / classes",
+             "final states"],
+            [[f"`{r['program']}`", fmt(r["exhaustive"]) + ("" if r["exhaustive_complete"] else "+"),
+              fmt(r["bounded_1"]), fmt(r["bounded_2"]), fmt(r["dpor"]), fmt(r["classes"]),
+              fmt(r["ratio"]), fmt(r["final_states"])] for r in sim["programs"]])
     if sim and sim.get("relay"):
-        lines += ["**The outbox relay under DPOR** (one scheduled delivery failure, one crash of "
-                  "the writer and of the relay; flagged = a final state that loses or invents "
-                  "history, by cause):", "",
-                  "| level | outbox rows | schedules | flagged | lost | relay time | phantom |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in sim["relay"]:
-            full = fmt(r["schedules"]) + ("" if r["complete"] else "+")
-            lines.append(f"| {r['level']} | {r['rows']} | {full} | {fmt(r['flagged'])} | "
-                         f"{fmt(r['lost_rows'])} | {fmt(r['relay_time_rows'])} | "
-                         f"{fmt(r['phantom_rows'])} |")
-        lines.append("")
+        lines += _table(
+            "**The outbox relay under DPOR** (one scheduled delivery failure, one crash of the "
+            "writer and of the relay; flagged = a final state that loses or invents history, "
+            "by cause):",
+            ["level", "outbox rows", "schedules", "flagged", "lost", "relay time", "phantom"],
+            [[r["level"], str(r["rows"]), fmt(r["schedules"]) + ("" if r["complete"] else "+"),
+              fmt(r["flagged"]), fmt(r["lost_rows"]), fmt(r["relay_time_rows"]),
+              fmt(r["phantom_rows"])] for r in sim["relay"]])
     if not lines:
         lines = ["No results file has several sizes yet.", ""]
     return lines
