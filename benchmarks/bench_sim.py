@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from benchmarks.common import machine_info, write_results
-from toki.check.relay import relay_verdict
+from toki.check.relay import CAUSES, explore_relay
 from toki.isolation import Isolation
 from toki.sim import (
     DPOR,
@@ -34,7 +34,6 @@ from toki.sim import (
     Run,
     Strategy,
     explore,
-    iter_runs,
     trace_class,
 )
 from toki.sim.examples import BENCHMARKS
@@ -114,18 +113,10 @@ def relay_rows(rows: int, budget: int = 1_000_000) -> list[dict[str, Any]]:
     for level in (Isolation.READ_UNCOMMITTED, Isolation.READ_COMMITTED, Isolation.SNAPSHOT):
         prog = relay_program(SEED_OUTBOX[:rows], level=level, failures=1, crash_budget=1)
         started = time.perf_counter()
-        verdicts = [relay_verdict(dict(r.state)) for r in iter_runs(prog, DPOR(), budget)]
-        row: dict[str, Any] = {
-            "level": level.value,
-            "rows": rows,
-            "schedules": len(verdicts),
-            "complete": len(verdicts) < budget,
-            "flagged": sum(v.found for v in verdicts),
-        }
-        for cause in ("lost_rows", "relay_time_rows", "phantom_rows"):
-            row[cause] = sum(bool(v.details[cause]) for v in verdicts)
-        row["seconds"] = round(time.perf_counter() - started, 2)
-        out.append(row)
+        summary = explore_relay(prog, budget=budget)
+        out.append({"level": level.value, "rows": rows,
+                    **{k: summary[k] for k in ("schedules", "complete", "flagged", *CAUSES)},
+                    "seconds": round(time.perf_counter() - started, 2)})
     return out
 
 

@@ -134,6 +134,51 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_relay(args: argparse.Namespace) -> int:
+    """Explore the seeds' outbox relay under scheduled failures and crashes, per level."""
+    from tqdm import tqdm
+
+    from toki.check.relay import CAUSES, explore_relay
+    from toki.errors import InvalidInput
+    from toki.isolation import Isolation
+    from toki.sim.relay import SEED_OUTBOX, relay_program
+
+    if not 1 <= args.rows <= len(SEED_OUTBOX):
+        raise InvalidInput("rows", f"{args.rows}", f"use 1 to {len(SEED_OUTBOX)}")
+    levels = [Isolation.parse(x) for x in args.levels.split(",") if x.strip()]
+    reports = []
+    for level in levels:
+        prog = relay_program(
+            SEED_OUTBOX[: args.rows],
+            level=level,
+            writer=not args.no_writer,
+            failures=args.failures,
+            crash_budget=args.crashes,
+            knowledge=args.knowledge,
+            on_failure=args.on_failure,
+        )
+        with tqdm(
+            total=args.budget,
+            disable=args.json or args.quiet,
+            desc=level.value,
+            unit="schedule",
+            file=sys.stderr,
+        ) as bar:
+            summary = explore_relay(prog, budget=args.budget, progress=bar.update)
+        reports.append({"level": level.value, **summary})
+    if args.json:
+        _print_json(reports)
+    else:
+        for r in reports:
+            causes = ", ".join(f"{c.removesuffix('_rows')} {r[c]}" for c in CAUSES)
+            more = "" if r["complete"] else "+ (budget reached)"
+            print(f"{r['level']:17} {r['schedules']}{more} schedules, {r['flagged']} lose or "
+                  f"invent history ({causes})")
+            if r["shortest_flagged"] is not None:
+                print(f"{'':17} shortest: {r['shortest_flagged']}")
+    return 1 if args.fail_on_flagged and any(r["flagged"] for r in reports) else 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     """Check a history file for N1/N2/N3 (where it holds what each needs) and Adya."""
     from toki.check.runner import check_history_file
@@ -311,6 +356,23 @@ def _build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--json", action="store_true")
     exp.add_argument("--quiet", action="store_true")
     exp.set_defaults(handler=_cmd_explore)
+
+    rel = sub.add_parser("relay", help="explore the outbox relay under scheduled failures")
+    rel.add_argument("--levels", default="RU,RC,SI", help="comma-separated isolation levels")
+    rel.add_argument("--rows", type=int, default=2, help="outbox rows (the seeds' 1 to 3)")
+    rel.add_argument("--failures", type=int, default=1, help="scheduled delivery failures")
+    rel.add_argument("--crashes", type=int, default=1, help="crashes per process")
+    rel.add_argument("--no-writer", action="store_true", help="a filled outbox, no writer")
+    rel.add_argument("--knowledge", default="source", choices=["source", "relay"],
+                     help="'relay' plants the relay-clock mistake")
+    rel.add_argument("--on-failure", default="stop", choices=["stop", "skip"],
+                     help="'skip' plants the carry-on mistake")
+    rel.add_argument("--budget", type=int, default=1_000_000, help="maximum schedules per level")
+    rel.add_argument("--fail-on-flagged", action="store_true",
+                     help="exit 1 when a schedule loses or invents history")
+    rel.add_argument("--json", action="store_true")
+    rel.add_argument("--quiet", action="store_true")
+    rel.set_defaults(handler=_cmd_relay)
 
     chk = sub.add_parser("check", help="check a history file (JSONL) for anomalies")
     chk.add_argument("file")

@@ -10,16 +10,21 @@ clock), and rows moved that the source never committed (a dirty read of the outb
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from toki.check.anomalies import Verdict
 from toki.check.asof import n3_as_of
 from toki.memory import Memory
 from toki.relay import Relay
+from toki.sim.dpor import DPOR
+from toki.sim.explore import iter_runs
+from toki.sim.program import Program
 from toki.sim.relay import POSITION, log_rows, outbox_rows
 
-__all__ = ["relay_verdict"]
+__all__ = ["CAUSES", "explore_relay", "relay_verdict"]
+
+CAUSES = ("lost_rows", "relay_time_rows", "phantom_rows")
 
 
 def relay_verdict(state: Mapping[Any, Any]) -> Verdict:
@@ -61,3 +66,39 @@ def relay_verdict(state: Mapping[Any, Any]) -> Verdict:
 
 def _content(row: Any) -> tuple[Any, ...]:
     return (row.key, row.value, row.valid_from, row.source_id)
+
+
+def explore_relay(
+    program: Program,
+    *,
+    budget: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Explore a relay program with DPOR and judge every final state.
+
+    Returns the schedules explored, whether the exploration finished within `budget`, how
+    many final states lose or invent history (in total and by cause), and the shortest such
+    schedule (replay it with `toki.sim.replay_schedule`), or None.
+    """
+    schedules = flagged = 0
+    by_cause = dict.fromkeys(CAUSES, 0)
+    shortest: tuple[Any, ...] | None = None
+    for run in iter_runs(program, DPOR(), budget):
+        schedules += 1
+        verdict = relay_verdict(dict(run.state))
+        if verdict.found:
+            flagged += 1
+            if shortest is None or len(run.schedule) < len(shortest):
+                shortest = run.schedule
+        for cause in CAUSES:
+            by_cause[cause] += bool(verdict.details[cause])
+        if progress is not None:
+            progress(1)
+    return {
+        "program": program.name,
+        "schedules": schedules,
+        "complete": budget is None or schedules < budget,
+        "flagged": flagged,
+        **by_cause,
+        "shortest_flagged": None if shortest is None else list(shortest),
+    }
