@@ -17,6 +17,7 @@ from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel, run_
 
 __all__ = [
     "GAVE_UP",
+    "append",
     "belief_entry",
     "claims_of",
     "next_seq",
@@ -83,6 +84,18 @@ def next_seq(name: str) -> Agent:
     n = int((yield from stmt(Read(("seq", name)))) or 0) + 1
     yield from stmt(Write(("seq", name), n))
     return n
+
+
+def append(table: str, row: Any) -> Agent:
+    """Insert `row` as the next numbered row of `table` in a transaction of its own (an
+    INSERT into a serial-keyed table); returns its number."""
+
+    def body() -> Agent:
+        n = yield from next_seq(table)
+        yield from stmt(Write((table, n), row))
+        return n
+
+    return (yield from txn(body))
 
 
 def rows_of(state: State, kind: str, key: str | None = None) -> list[tuple[Any, Any]]:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from toki.isolation import Isolation
 from toki.sim.program import Agent, Local, Select, Write
 from toki.sim.workload import SimClaim, Workload
-from toki.systems._kit import belief_entry, next_seq, one, rows_of, run_inbox, seq_rows, stmt, txn
+from toki.systems._kit import append, belief_entry, one, rows_of, run_inbox, seq_rows
 from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
 
 __all__ = ["AMemModel"]
@@ -80,12 +80,7 @@ class AMemModel(SystemModel):
                 for k, v in notes[: len(neighbours)]:  # rank positions applied to insertion order
                     yield from one(Write(k, {**v, "context": f"related: {c.value}"}))
 
-        def insert() -> Agent:
-            n = yield from next_seq("note")
-            yield from stmt(Write(("note", n), {"key": c.key, "value": c.value, "context": ""}))
-            return n
-
-        yield from txn(insert)
+        yield from append("note", {"key": c.key, "value": c.value, "context": ""})
         return "ok"
 
     def _notes(self, state: State, key: str) -> list[Mapping[str, Any]]:

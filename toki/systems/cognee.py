@@ -22,6 +22,7 @@ from toki.isolation import Isolation
 from toki.sim.program import Agent, Local, Write
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import (
+    append,
     belief_entry,
     claims_of,
     next_seq,
@@ -85,12 +86,7 @@ class CogneeModel(SystemModel):
         return run_inbox(inbox, ctx, lambda c: self._ingest(c, ctx))
 
     def _ingest(self, c: SimClaim, ctx: AgentContext) -> Agent:
-        def add() -> Agent:
-            n = yield from next_seq("data")
-            yield from stmt(Write(("data", n), c.to_json()))
-            return n
-
-        yield from txn(add)
+        yield from append("data", c.to_json())
         yield Local("extract", c.cid)  # cognify's LLM graph extraction
 
         def upsert() -> Agent:

@@ -38,9 +38,37 @@ from toki.systems._kit import (
 )
 from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
 
-__all__ = ["GraphitiModel", "contradicted", "resolve_edges"]
+__all__ = ["GraphitiModel", "contradicted", "judge_edges", "resolve_edges", "save_episode"]
 
 State = Mapping[Hashable, Any]
+
+
+def judge_edges(
+    prompt: str, c: SimClaim, candidates: Sequence[tuple[str, Mapping[str, Any]]], judge: SimJudge
+) -> Agent:
+    """Ask the LLM (a `Local` step) only when no candidate already states the claim's value;
+    returns the ids of the edges it says the claim contradicts."""
+    if not candidates or any(e["value"] == c.value for _, e in candidates):
+        return set()
+    yield Local("judge", f"{prompt}: {c.key}={c.value}")
+    return contradicted(prompt, c.key, c.value, candidates, judge)
+
+
+def save_episode(
+    c: SimClaim,
+    ref: Any,
+    n: int,
+    candidates: Sequence[tuple[str, Mapping[str, Any]]],
+    flagged: set[str],
+) -> Agent:
+    """Inside the caller's transaction: episode n, the new edge and the invalidated ones."""
+    new, saves = resolve_edges(c.value, ref, n, candidates, flagged)
+    episode = {"claim": c.to_json(), "valid_at": ref, "edges": sorted(saves)}
+    yield from stmt(Write(("ep", n), episode))
+    if new is not None:
+        yield from stmt(Write(("edge", c.key, f"e{n}"), new))
+    for eid, edge in sorted(saves.items()):
+        yield from stmt(Write(("edge", c.key, eid), edge))
 
 
 def contradicted(
@@ -162,20 +190,11 @@ class GraphitiModel(SystemModel):
         ref = yield from self.reference_time(c)
         found = yield from one(Select(lambda k, v: k[:2] == ("edge", c.key), name="candidates"))
         candidates = edges_of({} if isinstance(found, str) else found)
-        flagged: set[str] = set()
-        if candidates and all(e["value"] != c.value for _, e in candidates):
-            yield Local("judge", f"{self.prompt}: {c.key}={c.value}")
-            flagged = contradicted(self.prompt, c.key, c.value, candidates, ctx.judge)
+        flagged = yield from judge_edges(self.prompt, c, candidates, ctx.judge)
 
         def write() -> Agent:
             n = yield from next_seq("ep")
-            new, saves = resolve_edges(c.value, ref, n, candidates, flagged)
-            episode = {"claim": c.to_json(), "valid_at": ref, "edges": sorted(saves)}
-            yield from stmt(Write(("ep", n), episode))
-            if new is not None:
-                yield from stmt(Write(("edge", c.key, f"e{n}"), new))
-            for eid, edge in sorted(saves.items()):
-                yield from stmt(Write(("edge", c.key, eid), edge))
+            yield from save_episode(c, ref, n, candidates, flagged)
             return "ok"
 
         return (yield from txn(write))

@@ -20,17 +20,15 @@ from toki.isolation import Isolation
 from toki.sim.program import Agent, Delete, Local, Write
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import (
+    append,
     belief_entry,
     claims_of,
-    next_seq,
     one,
     replay_serially,
     rows_of,
     run_inbox,
     select,
     seq_rows,
-    stmt,
-    txn,
 )
 from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
 
@@ -80,12 +78,7 @@ class LangMemModel(SystemModel):
         return run_inbox(inbox, ctx, lambda c: self._invoke(c, ctx, counter))
 
     def _invoke(self, c: SimClaim, ctx: AgentContext, counter: Any) -> Agent:
-        def checkpoint() -> Agent:
-            n = yield from next_seq("thread")
-            yield from stmt(Write(("thread", n), c.to_json()))
-            return n
-
-        yield from txn(checkpoint)
+        yield from append("thread", c.to_json())
         found = yield from select("doc", c.key, "search")
         docs = sorted((str(k[2]), v["value"]) for k, v in found.items())
         if any(v == c.value for _, v in docs):

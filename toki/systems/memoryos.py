@@ -20,6 +20,7 @@ from toki.isolation import Isolation
 from toki.sim.program import Agent, Delete, Local, Read, Write
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import (
+    append,
     belief_entry,
     claims_of,
     next_seq,
@@ -80,12 +81,7 @@ class MemoryOSModel(SystemModel):
         return run_inbox(inbox, ctx, lambda c: self._turn(c, ctx))
 
     def _turn(self, c: SimClaim, ctx: AgentContext) -> Agent:
-        def page() -> Agent:
-            n = yield from next_seq("page")
-            yield from stmt(Write(("page", n), c.to_json()))
-            return n
-
-        yield from txn(page)
+        yield from append("page", c.to_json())
         profile = yield from one(Read(PROFILE))
         profile = dict(profile) if isinstance(profile, Mapping) else {}
         old = profile.get(c.key)

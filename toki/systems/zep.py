@@ -20,11 +20,11 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from toki.isolation import Isolation
-from toki.sim.program import Agent, Local, Read, Select, Write
+from toki.sim.program import Agent, Read, Select, Write
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import (
+    append,
     claims_of,
-    next_seq,
     replay_serially,
     rows_of,
     run_inbox,
@@ -33,7 +33,7 @@ from toki.systems._kit import (
     txn,
 )
 from toki.systems.base import AgentContext, Beliefs, SimJudge
-from toki.systems.graphiti import GraphitiModel, contradicted, edges_of, resolve_edges
+from toki.systems.graphiti import GraphitiModel, edges_of, judge_edges, save_episode
 
 __all__ = ["ZepCEModel"]
 
@@ -94,12 +94,7 @@ class ZepCEModel(GraphitiModel):
         return run_inbox(inbox, ctx, lambda c: self._message(c, ctx))
 
     def _message(self, c: SimClaim, ctx: AgentContext) -> Agent:
-        def insert() -> Agent:
-            n = yield from next_seq("msg")
-            yield from stmt(Write(("msg", n), c.to_json()))
-            return n
-
-        yield from txn(insert)
+        yield from append("msg", c.to_json())
 
         def job() -> Agent:
             yield from stmt(Write(("worker",), "busy"))  # the single worker takes the job
@@ -108,18 +103,9 @@ class ZepCEModel(GraphitiModel):
                 Select(lambda k, v: k[:2] == ("edge", c.key), name="candidates")
             )
             candidates = edges_of(found)
-            flagged: set[str] = set()
-            if candidates and all(e["value"] != c.value for _, e in candidates):
-                yield Local("judge", f"{self.prompt}: {c.key}={c.value}")
-                flagged = contradicted(self.prompt, c.key, c.value, candidates, ctx.judge)
+            flagged = yield from judge_edges(self.prompt, c, candidates, ctx.judge)
             n = yield from _bump("ep")
-            new, saves = resolve_edges(c.value, ref, n, candidates, flagged)
-            episode = {"claim": c.to_json(), "valid_at": ref, "edges": sorted(saves)}
-            yield from stmt(Write(("ep", n), episode))
-            if new is not None:
-                yield from stmt(Write(("edge", c.key, f"e{n}"), new))
-            for eid, edge in sorted(saves.items()):
-                yield from stmt(Write(("edge", c.key, eid), edge))
+            yield from save_episode(c, ref, n, candidates, flagged)
             yield from stmt(Write(("worker",), "idle"))
             return "ok"
 
