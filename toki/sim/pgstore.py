@@ -59,7 +59,6 @@ key order), so it is comparable between two PgStores, not with a SimStore's hash
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import threading
 import time
@@ -82,7 +81,18 @@ from toki.errors import (
     WouldBlock,
 )
 from toki.isolation import Isolation
-from toki.sim.store import INITIAL_TXN, Op, OpKind, Predicate, Seen, TxnStatus, Updater
+from toki.sim.store import (
+    INITIAL_TXN,
+    Op,
+    OpKind,
+    Predicate,
+    Seen,
+    TxnStatus,
+    Updater,
+    not_active_error,
+    state_digest,
+    txn_status,
+)
 
 __all__ = ["PG_LEVELS", "PgServer", "PgStore", "decode_key", "encode_key"]
 
@@ -277,24 +287,13 @@ class PgStore:
         return {decode_key(k): v for k, v in rows}
 
     def state_hash(self) -> str:
-        digest = hashlib.sha256()
-        for k, v in sorted(
+        return state_digest(
             (encode_key(k), json.dumps(_jsonable(v), sort_keys=True))
             for k, v in self.snapshot().items()
-        ):
-            digest.update(k.encode())
-            digest.update(b"\x00")
-            digest.update(v.encode())
-            digest.update(b"\x01")
-        return digest.hexdigest()
+        )
 
     def status(self, txn: int) -> TxnStatus:
-        if txn in self._active:
-            return TxnStatus.ACTIVE
-        st = self._finished.get(txn)
-        if st is None:
-            raise TransactionError(f"txn: no transaction {txn!r} was begun on this store")
-        return st
+        return txn_status(txn, self._active, self._finished)
 
     def active(self) -> tuple[int, ...]:
         return tuple(self._active)
@@ -545,10 +544,7 @@ class PgStore:
         return t
 
     def _not_active(self, txn: object) -> TransactionError:
-        st = self._finished.get(txn) if isinstance(txn, int) else None
-        if st is None:
-            return TransactionError(f"txn: no transaction {txn!r} was begun on this store")
-        return TransactionError(f"txn: transaction {txn} already {st.value}")
+        return not_active_error(txn, self._finished)
 
     def _rollback(self, t: _Txn, note: str) -> None:
         fut = t.future

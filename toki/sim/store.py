@@ -32,7 +32,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn
 
@@ -55,6 +55,9 @@ __all__ = [
     "TxnStatus",
     "Updater",
     "Version",
+    "not_active_error",
+    "state_digest",
+    "txn_status",
 ]
 
 Key = Hashable
@@ -283,21 +286,10 @@ class SimStore:
 
     def state_hash(self) -> str:
         """A deterministic sha256 of the committed state (keys and values by repr, sorted)."""
-        digest = hashlib.sha256()
-        for k, v in sorted((repr(k), repr(v)) for k, v in self.snapshot().items()):
-            digest.update(k.encode())
-            digest.update(b"\x00")
-            digest.update(v.encode())
-            digest.update(b"\x01")
-        return digest.hexdigest()
+        return state_digest((repr(k), repr(v)) for k, v in self.snapshot().items())
 
     def status(self, txn: int) -> TxnStatus:
-        if txn in self._active:
-            return TxnStatus.ACTIVE
-        st = self._finished.get(txn)
-        if st is None:
-            raise self._not_active(txn)
-        return st
+        return txn_status(txn, self._active, self._finished)
 
     def active(self) -> tuple[int, ...]:
         """Ids of the transactions that have begun and not finished, in begin order."""
@@ -669,15 +661,7 @@ class SimStore:
         return t
 
     def _not_active(self, txn: object) -> TransactionError:
-        st = self._finished.get(txn) if isinstance(txn, int) else None
-        if st is None:
-            return TransactionError(
-                f"txn: no transaction {txn!r} was begun on this store "
-                "(pass the id that begin() returned)"
-            )
-        return TransactionError(
-            f"txn: transaction {txn} already {st.value}; begin() a new transaction to continue"
-        )
+        return not_active_error(txn, self._finished)
 
     def _fail(self, t: _Txn, reason: str, *, deadlock: bool = False) -> NoReturn:
         self._rollback(t, reason)
@@ -888,6 +872,41 @@ class SimStore:
                     other.in_conf.discard(t.id)
             self._drop_reads(t)
             ssi.pop(t.id, None)
+
+
+def state_digest(pairs: Iterable[tuple[str, str]]) -> str:
+    """sha256 over (key text, value text) pairs in sorted order: one committed state, one hash,
+    whichever store (simulated or PostgreSQL) holds it."""
+    digest = hashlib.sha256()
+    for k, v in sorted(pairs):
+        digest.update(k.encode())
+        digest.update(b"\x00")
+        digest.update(v.encode())
+        digest.update(b"\x01")
+    return digest.hexdigest()
+
+
+def txn_status(txn: int, active: Container[int], finished: Mapping[int, TxnStatus]) -> TxnStatus:
+    """ACTIVE, or how the transaction ended; an id never begun is an error."""
+    if txn in active:
+        return TxnStatus.ACTIVE
+    st = finished.get(txn)
+    if st is None:
+        raise not_active_error(txn, finished)
+    return st
+
+
+def not_active_error(txn: object, finished: Mapping[int, TxnStatus]) -> TransactionError:
+    """The error for a statement on a transaction that is not running, saying why."""
+    st = finished.get(txn) if isinstance(txn, int) else None
+    if st is None:
+        return TransactionError(
+            f"txn: no transaction {txn!r} was begun on this store "
+            "(pass the id that begin() returned)"
+        )
+    return TransactionError(
+        f"txn: transaction {txn} already {st.value}; begin() a new transaction to continue"
+    )
 
 
 def _visible_index(vs: list[Version] | None, snap: int) -> int:
