@@ -15,6 +15,13 @@ __all__ = ["main"]
 Handler = Callable[[argparse.Namespace], int]
 
 
+def _progress(args: argparse.Namespace, desc: str, unit: str, total: int = 0) -> Any:
+    """A progress bar on stderr for a long command; off with --json or --quiet."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, disable=args.json or args.quiet, desc=desc, unit=unit, file=sys.stderr)
+
+
 def _print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
     sys.stdout.write("\n")
@@ -36,8 +43,6 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     """Measured vs predicted N1 rate of an unlogged stochastic judge, and of the keyed log."""
     from pathlib import Path
 
-    from tqdm import tqdm
-
     from toki.experiments.calibration import calibrate, mean_absolute_deviation, write_outputs
 
     try:
@@ -49,13 +54,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     bad = [p for p in ps if not 0.0 <= p <= 1.0]
     if bad or not ps:
         raise InvalidInput("--p", f"{bad or 'nothing'} is not a list of probabilities in [0, 1]")
-    with tqdm(
-        total=2 * len(ps) * args.runs,
-        disable=args.json or args.quiet,
-        desc="calibrate",
-        unit="run",
-        file=sys.stderr,
-    ) as bar:
+    with _progress(args, "calibrate", "run", 2 * len(ps) * args.runs) as bar:
         cells = calibrate(ps, args.runs, args.seed, progress=bar.update)
     csv_path, png_path = write_outputs(cells, Path(args.out))
     if args.json:
@@ -89,8 +88,6 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     """Explore interleavings of a system model's agents; with --check, check every run."""
     from pathlib import Path
 
-    from tqdm import tqdm
-
     from toki.check.runner import explore_system, make_strategy, make_workload
     from toki.isolation import Isolation
     from toki.systems.base import SimJudge
@@ -101,13 +98,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     workload = make_workload(args.workload, args.agents, args.claims, args.seed, args.keys, faults)
     strategy = make_strategy(args.strategy, args.seed, args.depth, args.preemptions)
     level = Isolation.parse(args.isolation) if args.isolation else None
-    with tqdm(
-        total=args.budget,
-        disable=args.json or args.quiet,
-        desc="explore",
-        unit="schedule",
-        file=sys.stderr,
-    ) as bar:
+    with _progress(args, "explore", "schedule", args.budget) as bar:
         report = explore_system(
             system,
             workload,
@@ -136,7 +127,6 @@ def _cmd_explore(args: argparse.Namespace) -> int:
 
 def _cmd_relay(args: argparse.Namespace) -> int:
     """Explore the seeds' outbox relay under scheduled failures and crashes, per level."""
-    from tqdm import tqdm
 
     from toki.check.relay import CAUSES, explore_relay
     from toki.errors import InvalidInput
@@ -157,13 +147,7 @@ def _cmd_relay(args: argparse.Namespace) -> int:
             knowledge=args.knowledge,
             on_failure=args.on_failure,
         )
-        with tqdm(
-            total=args.budget,
-            disable=args.json or args.quiet,
-            desc=level.value,
-            unit="schedule",
-            file=sys.stderr,
-        ) as bar:
+        with _progress(args, level.value, "schedule", args.budget) as bar:
             summary = explore_relay(prog, budget=args.budget, progress=bar.update)
         reports.append({"level": level.value, **summary})
     if args.json:
@@ -221,14 +205,10 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     """Regenerate the verdict matrix (system × anomaly) from verdict_matrix/matrix.toml."""
     from pathlib import Path
 
-    from tqdm import tqdm
-
     from toki.experiments.matrix import run_matrix
 
     config = args.config or str(Path("verdict_matrix") / "matrix.toml")
-    with tqdm(
-        total=0, disable=args.json or args.quiet, desc="matrix", unit="task", file=sys.stderr
-    ) as bar:
+    with _progress(args, "matrix", "task") as bar:
 
         def on_plan(n: int) -> None:
             bar.total = n
@@ -263,8 +243,6 @@ def _cmd_pg_grid(args: argparse.Namespace) -> int:
     grid); writes the CSV and regenerates the table in docs/postgres.md."""
     from pathlib import Path
 
-    from tqdm import tqdm
-
     from toki.experiments.pg_grid import LEVELS, OPERATORS, run_grid, write_csv, write_doc
     from toki.store.postgres import default_dsn
 
@@ -284,13 +262,8 @@ def _cmd_pg_grid(args: argparse.Namespace) -> int:
             f"{args.operators!r} / {args.levels!r}",
             "operators from LWW,EWM,AWAIT,RULE; levels from RC,RR,SER",
         )
-    with tqdm(
-        total=len(operators) * len(levels) * len(writers) * args.reps,
-        disable=args.json or args.quiet,
-        desc="pg-grid",
-        unit="run",
-        file=sys.stderr,
-    ) as bar:
+    runs = len(operators) * len(levels) * len(writers) * args.reps
+    with _progress(args, "pg-grid", "run", runs) as bar:
         rows = run_grid(
             args.dsn or default_dsn(),
             operators=operators,
