@@ -29,8 +29,8 @@ CAUSES = ("lost_rows", "relay_time_rows", "phantom_rows")
 
 def relay_verdict(state: Mapping[Any, Any]) -> Verdict:
     """N3 for a relayed run: found when something the source served cannot be recovered."""
-    committed = outbox_rows(dict(state))
-    log = log_rows(dict(state))
+    committed = outbox_rows(state)
+    log = log_rows(state)
     position = state.get(POSITION, 0)
     lost = [i for i in range(position) if i not in log]
     phantom = [

@@ -21,7 +21,7 @@ and `on_failure="skip"` carries on past a failed row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
@@ -50,7 +50,6 @@ __all__ = ["POSITION", "RELAY_FAIL", "SEED_OUTBOX", "log_rows", "outbox_rows", "
 
 POSITION: Final = ("relay", "position")
 RELAY_FAIL: Final = "relay-fail"
-WRITER, RELAY = 0, 1  # agent indexes when the program has a writer
 
 _CITY = FactKey("crm", "people:ivan", "city")
 SEED_OUTBOX: Final = (
@@ -61,17 +60,17 @@ SEED_OUTBOX: Final = (
 """The seeds' (002) CRM outbox: one person's city changing three times, written by triggers."""
 
 
-def outbox_rows(state: dict[Any, Any]) -> list[OutboxRow]:
+def outbox_rows(state: Mapping[Any, Any]) -> list[OutboxRow]:
     """The committed outbox of a final state, in position order."""
     return _prefix(state, "outbox")
 
 
-def log_rows(state: dict[Any, Any]) -> dict[int, OutboxRow]:
+def log_rows(state: Mapping[Any, Any]) -> dict[int, OutboxRow]:
     """The event log the relay built: position -> row as moved."""
     return {k[1]: v for k, v in state.items() if isinstance(k, tuple) and k[0] == "log"}
 
 
-def _prefix(state: dict[Any, Any], table: str) -> list[OutboxRow]:
+def _prefix(state: Mapping[Any, Any], table: str) -> list[OutboxRow]:
     rows: list[OutboxRow] = []
     while (table, len(rows)) in state:
         rows.append(state[(table, len(rows))])
@@ -143,7 +142,7 @@ def relay_program(
         if not writer:
             initial.update({("outbox", i): row for i, row in enumerate(rows)})
         agents = (source_writer(), relay()) if writer else (relay(),)
-        who = frozenset({RELAY if writer else 0})
+        who = frozenset({len(agents) - 1})  # the relay is the last agent
         fault = Fault(RELAY_FAIL, lambda: armed.__setitem__(0, armed[0] + 1), failures, who)
         return World(SimStore(level, initial=initial), agents, (fault,) if failures else ())
 
