@@ -87,9 +87,9 @@ def _obs(text: str, ev: str) -> list[str]:
     return [text, ev]
 
 
-def invented_dataset() -> LocomoDataset:
+def invented_sample() -> dict[str, Any]:
     """Three sessions; Ada's job changes twice, her cat is stated once, Bo's city once."""
-    sample: dict[str, Any] = {
+    return {
         "sample_id": "inv",
         "conversation": {
             "speaker_a": "Ada", "speaker_b": "Bo",
@@ -126,7 +126,11 @@ def invented_dataset() -> LocomoDataset:
              "category": 4},
         ],
     }
-    return parse_locomo([sample])
+
+
+def invented_dataset() -> LocomoDataset:
+    """`invented_sample` parsed."""
+    return parse_locomo([invented_sample()])
 
 
 @pytest.fixture

@@ -14,7 +14,9 @@ from toki.locomo.ablations import (
     ablate_audit_rows,
     ablate_operator,
     ablate_typed_layer,
+    apply_holm,
     as_of_questions,
+    check_row,
     gold_as_of,
     run_ablations,
 )
@@ -52,17 +54,21 @@ def test_ablations_on_invented_data_are_deterministic(invented: LocomoDataset) -
     assert {r["ablation"] for r in a} == set(ABLATIONS)
     for r in a:
         assert r.keys() >= REQUIRED
-        assert r["ci_low"] <= r["score"] <= r["ci_high"]
+        if r["kind"] == "check":
+            assert r["ci_low"] is None and r["holds"] and r["score"] == r["expected"] == 1.0
+        else:
+            assert r["ci_low"] <= r["score"] <= r["ci_high"]
 
 
 def _check_audit_rows(rows: list[dict[str, object]]) -> None:
+    """As-of results true by construction are checks (no interval, no test) and hold."""
     by = {(r["variant"], r["slice"], r["kind"]): r for r in rows}
     for control in ("control_single", "control_latest"):
-        if ("dual_row", control, "score") in by:
-            d, o = by[("dual_row", control, "score")], by[("overwrite", control, "score")]
-            assert d["score"] == o["score"] and d["n"] == o["n"]
-            cmp = by[("dual_row", control, "comparison")]
-            assert cmp["score"] == 0.0 and cmp["mcnemar_p"] == 1.0
+        if ("dual_row", control, "check") in by:
+            d, o = by[("dual_row", control, "check")], by[("overwrite", control, "check")]
+            assert d["holds"] and o["holds"] and d["n"] == o["n"]
+    assert by[("dual_row", "superseded", "check")]["holds"]
+    assert not [r for r in rows if r["kind"] == "comparison" and r["slice"] != "qa_superseded"]
 
 
 def test_superseded_slice_only_holds_superseded_evidence(real_dataset: LocomoDataset) -> None:
@@ -113,9 +119,13 @@ def test_each_ablation_small_subset_is_deterministic(
         sup = next(r for r in a if r["slice"] == "superseded" and r["variant"] == "overwrite")
         assert sup["score"] == 0.0  # overwrite serves the later value: never the old belief
     if name == "operator":
-        # on keys stated once no operator has anything to decide: all agree
-        single = [r for r in a if r["slice"] == "control_single" and r["kind"] == "score"]
-        assert len({r["score"] for r in single}) == 1
+        # on keys stated once no operator has anything to decide: checks, all hold
+        single = [r for r in a if r["slice"] == "control_single"]
+        assert len(single) == 4 and all(r["kind"] == "check" and r["holds"] for r in single)
+        # the as-of gold follows recency, LWW's rule: LWW's rows are checks, never tested
+        lww = [r for r in a if r["variant"] == "LWW" and r["slice"] != "answerable"]
+        assert lww and all(r["kind"] == "check" for r in lww)
+        assert not [r for r in a if r["kind"] == "comparison" and r["slice"] != "answerable"]
 
 
 def test_cli_ablate_json_limit(
@@ -129,5 +139,28 @@ def test_cli_ablate_json_limit(
     assert {r["ablation"] for r in rows} == {"audit_rows"}
     assert all(r.keys() >= REQUIRED for r in rows)
     cmp = [r for r in rows if r["kind"] == "comparison"]
-    assert cmp and all({"mcnemar_p", "power_mcnemar", "baseline"} <= r.keys() for r in cmp)
+    assert cmp and all({"mcnemar_p", "power_mcnemar", "baseline", "holm_p"} <= r.keys()
+                       for r in cmp)
     _check_audit_rows(rows)
+
+
+def test_holm_is_applied_to_the_family_of_comparisons(invented: LocomoDataset) -> None:
+    rows = run_ablations(invented, resamples=200)
+    cmp = [r for r in rows if r["kind"] == "comparison"]
+    assert cmp and all(r["family_size"] == len(cmp) for r in cmp)
+    assert all(r["mcnemar_p"] <= r["holm_p"] <= 1.0 for r in cmp)
+    assert not any("mcnemar_p" in r or "holm_p" in r for r in rows if r["kind"] != "comparison")
+
+
+def test_apply_holm_matches_the_step_down_rule() -> None:
+    rows = [{"kind": "comparison", "mcnemar_p": p} for p in (0.04, 0.01, 0.03)]
+    rows.append({"kind": "check", "score": 1.0})
+    out = apply_holm(rows)
+    # sorted 0.01, 0.03, 0.04 -> 3*0.01, max(.03, 2*0.03), max(.06, 1*0.04)
+    assert [r.get("holm_p") for r in out] == pytest.approx([0.06, 0.03, 0.06, None])
+    assert out[3] == rows[3] and "holm_p" not in rows[0]  # input untouched
+
+
+def test_a_failing_check_says_so() -> None:
+    row = check_row("audit_rows", "dual_row", "superseded", [1.0, 0.0], 1.0, "why")
+    assert row["score"] == 0.5 and row["holds"] is False and row["ci_low"] is None

@@ -45,3 +45,10 @@ def test_fetch_and_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert hashlib.sha256(b"[]").hexdigest() != LOCOMO_SHA256
     assert main(["info", "--path", str(tmp_path / "missing.json")]) == 2
     assert "toki locomo fetch" in capsys.readouterr().err
+
+
+def test_fetch_json(real_dataset: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = real_dataset.path.resolve()
+    assert main(["fetch", "--dest", str(tmp_path), "--url", src.as_uri(), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"path": str(tmp_path / "locomo10.json"), "sha256": LOCOMO_SHA256}

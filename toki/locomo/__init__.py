@@ -1,4 +1,5 @@
-"""LoCoMo: loading the benchmark, flat retrieval, extractive answering, upstream scoring.
+"""LoCoMo: loading the benchmark, flat retrieval, extractive or LLM answering, upstream scoring,
+and the typed-memory ablations.
 
 The data file is CC BY-NC 4.0 and never shipped with toki; see docs/locomo.md.
 """
@@ -50,6 +51,15 @@ from toki.locomo.flat import (
     run_flat_baseline,
     summarize,
 )
+from toki.locomo.llm import (
+    ANSWER_PROMPT,
+    EXTRACT_PROMPT,
+    JUDGE_PROMPT,
+    AnswerJudge,
+    LLMAnswerer,
+    LLMAnswerJudge,
+    LLMExtractor,
+)
 from toki.locomo.metrics import (
     adversarial_score,
     evidence_recall_at_k,
@@ -86,11 +96,15 @@ from toki.locomo.typed import (
 
 __all__ = [
     "ABLATIONS",
+    "ANSWER_PROMPT",
+    "EXTRACT_PROMPT",
+    "JUDGE_PROMPT",
     "LOCOMO_SHA256",
     "LOCOMO_URL",
     "NOT_MENTIONED",
     "QA",
     "STOP_WORDS",
+    "AnswerJudge",
     "Answerer",
     "AsOfQuestion",
     "BM25Retriever",
@@ -102,6 +116,9 @@ __all__ = [
     "ExtractiveAnswerer",
     "Extractor",
     "Hit",
+    "LLMAnswerJudge",
+    "LLMAnswerer",
+    "LLMExtractor",
     "LocomoDataset",
     "Observation",
     "OverwriteMemory",

@@ -1,21 +1,32 @@
 """LoCoMo ablations: typed layer vs flat, audit rows vs overwrite, and the four operators.
 
-Everything is deterministic: the extraction is rule-based, retrieval is BM25 with fixed tie
-order, answers are extractive, and the statistics are seeded. The numbers therefore measure
-the memory layer inside a retrieval-and-extraction pipeline, not an LLM agent; see
+By default everything is deterministic: the extraction is rule-based, retrieval is BM25 with
+fixed tie order, answers are extractive, and the statistics are seeded. The numbers then
+measure the memory layer inside a retrieval-and-extraction pipeline, not an LLM agent; pass
+an LLM `answerer`, `extractor` and `judge` (toki.locomo.llm) to measure it with a model. See
 docs/locomo.md for how they relate to the TOKI paper's.
 
-Rows (plain dicts, `pandas.DataFrame(rows)` makes a frame) have `ablation`, `kind`
-("score" or "comparison"), `variant`, `category` (1-5 or "all"), `slice`, `metric`, `n`,
-`score`, `ci_low`, `ci_high`, `ci_method`; comparison rows add `baseline`, `n10`, `n01`,
-`mcnemar_p`, `power_mcnemar`, `power_mean` (their `score` is the mean difference
-variant - baseline and the interval is the paired-bootstrap interval of that difference).
+Rows (plain dicts, `pandas.DataFrame(rows)` makes a frame) have `ablation`, `kind`,
+`variant`, `category` (1-5 or "all"), `slice`, `metric`, `n`, `score`, `ci_low`, `ci_high`,
+`ci_method`. Kinds:
+
+* "score": a mean with its interval;
+* "comparison": `score` is the mean difference variant - `baseline` on the same items with
+  its paired-bootstrap interval, plus `n10`, `n01`, `mcnemar_p`, `power_mcnemar`,
+  `power_mean`; `run_ablations` adds `holm_p` and `family_size` (Holm over every comparison
+  of the run);
+* "check": a result true by construction (e.g. the as-of read on a slice whose gold is the
+  rule it implements): `expected`, `holds` and `why`, no interval and no test.
+
+Metrics: "f1" (LoCoMo's own per-category score), "accuracy" (exact as-of value) and, with a
+judge, "llm_judge" (the J score: share judged correct, on the questions every compared
+variant got a verdict for; `no_verdict` counts the others).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -26,11 +37,13 @@ from toki.experiments.stats import (
     DEFAULT_SEED,
     bootstrap_mean_ci,
     compare_paired,
+    holm,
     wilson_interval,
 )
 from toki.locomo.answer import Answerer
-from toki.locomo.data import LocomoDataset
+from toki.locomo.data import QA, LocomoDataset
 from toki.locomo.flat import QAResult, answer_one, answer_questions
+from toki.locomo.llm import AnswerJudge
 from toki.locomo.metrics import normalize_answer
 from toki.locomo.typed import (
     Extractor,
@@ -50,9 +63,12 @@ __all__ = [
     "ablate_audit_rows",
     "ablate_operator",
     "ablate_typed_layer",
+    "apply_holm",
     "as_of_questions",
+    "check_row",
     "comparison_row",
     "gold_as_of",
+    "judge_results",
     "run_ablations",
     "score_rows",
     "superseded_evidence",
@@ -158,9 +174,12 @@ def typed_answers(
     categories: Iterable[int] = ANSWERABLE,
     answerer: Answerer | None = None,
     overwrite: bool = False,
+    only: Callable[[str, QA], bool] | None = None,
+    judge: AnswerJudge | None = None,
 ) -> list[QAResult]:
     """Retrieve from the typed memories (`TypedRetriever`), answer (`TypedAnswerer` unless
-    given) and score every selected question of the memories' conversations."""
+    given) and score every selected question of the memories' conversations (`only(sample
+    id, question)` narrows the selection); with a `judge`, each answer is also judged."""
     cats = {int(c) for c in categories}
     ans = answerer if answerer is not None else TypedAnswerer()
     out: list[QAResult] = []
@@ -170,13 +189,27 @@ def typed_answers(
         out += [
             answer_one(conv.sample_id, q, retriever, ans, k)
             for q in conv.qa
-            if int(q.category) in cats
+            if int(q.category) in cats and (only is None or only(conv.sample_id, q))
         ]
-    return out
+    return judge_results(out, judge)
+
+
+def judge_results(results: Sequence[QAResult], judge: AnswerJudge | None) -> list[QAResult]:
+    """The results with `judged` set by `judge` (unchanged without one)."""
+    if judge is None:
+        return list(results)
+    return [
+        replace(r, judged=judge.grade(r.question, r.gold or "", r.prediction)) for r in results
+    ]
 
 
 def _flat_answers(
-    dataset: LocomoDataset, sample_ids: Sequence[str], k: int, categories: Iterable[int]
+    dataset: LocomoDataset,
+    sample_ids: Sequence[str],
+    k: int,
+    categories: Iterable[int],
+    answerer: Answerer | None = None,
+    judge: AnswerJudge | None = None,
 ) -> list[QAResult]:
     subset = LocomoDataset(
         tuple(dataset.conversation(s) for s in sample_ids),
@@ -184,7 +217,85 @@ def _flat_answers(
         dataset.path,
         dataset.sha256,
     )
-    return answer_questions(subset, k=k, categories=categories)
+    results = answer_questions(subset, k=k, categories=categories, answerer=answerer)
+    return judge_results(results, judge)
+
+
+def _variant_rows(
+    ablation: str,
+    slice_: str,
+    category: int | str,
+    results: Mapping[str, Sequence[QAResult]],
+    reference: str,
+    seed: int,
+    resamples: int,
+) -> list[dict[str, Any]]:
+    """Score rows for every variant and comparisons of `reference` with each other variant,
+    on token F1 and, when the answers were judged, on the J score (over the questions every
+    variant got a verdict for)."""
+    rows: list[dict[str, Any]] = []
+    names = list(results)
+    n = len(results[reference])
+    metrics: list[tuple[str, list[int], bool]] = [("f1", list(range(n)), False)]
+    if any(r.judged is not None for rs in results.values() for r in rs):
+        both = [i for i in range(n) if all(results[v][i].judged is not None for v in names)]
+        metrics.append(("llm_judge", both, True))
+    for metric, idx, binary in metrics:
+        if not idx:
+            continue
+        values = {
+            v: [float(bool(rs[i].judged)) if binary else rs[i].score for i in idx]
+            for v, rs in results.items()
+        }
+        extra = {"no_verdict": n - len(idx)} if binary else {}
+        for v in names:
+            rows.append(
+                score_rows(ablation, v, slice_, category, values[v], binary=binary,
+                           metric=metric, seed=seed, resamples=resamples) | extra
+            )  # fmt: skip
+        for v in names:
+            if v != reference:
+                rows.append(
+                    comparison_row(ablation, reference, v, slice_, category, values[reference],
+                                   values[v], metric=metric, seed=seed, resamples=resamples)
+                    | extra
+                )  # fmt: skip
+    return rows
+
+
+def check_row(
+    ablation: str, variant: str, slice_: str, scores: Sequence[float], expected: float, why: str
+) -> dict[str, Any]:
+    """A result true by construction, reported as a check: observed vs expected, no test."""
+    observed = sum(scores) / len(scores)
+    return {
+        "ablation": ablation,
+        "kind": "check",
+        "variant": variant,
+        "category": "all",
+        "slice": slice_,
+        "metric": "accuracy",
+        "n": len(scores),
+        "score": observed,
+        "ci_low": None,
+        "ci_high": None,
+        "ci_method": None,
+        "expected": expected,
+        "holds": observed == expected,
+        "why": why,
+    }
+
+
+def apply_holm(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Holm-adjust the McNemar p of every comparison row as one family (`holm_p`, and the
+    family's size in `family_size`); other rows are returned unchanged."""
+    idx = [i for i, r in enumerate(rows) if r.get("kind") == "comparison"]
+    adjusted = holm([rows[i]["mcnemar_p"] for i in idx]) if idx else []
+    out = [dict(r) for r in rows]
+    for i, p in zip(idx, adjusted, strict=True):
+        out[i]["holm_p"] = p
+        out[i]["family_size"] = len(idx)
+    return out
 
 
 def ablate_typed_layer(
@@ -196,18 +307,22 @@ def ablate_typed_layer(
     resamples: int = DEFAULT_RESAMPLES,
     memories: Sequence[TypedMemory] | None = None,
     extractor: Extractor | None = None,
+    answerer: Answerer | None = None,
+    judge: AnswerJudge | None = None,
 ) -> list[dict[str, Any]]:
     """(a) Typed vs flat memory on the answerable questions (categories 1-4), per category
-    and over all, with the same BM25, the same extractive answering and upstream's scoring.
-    `limit` keeps the first N conversations."""
+    and over all, with the same BM25, the same answering and upstream's scoring. Without an
+    `answerer` the typed arm answers with `TypedAnswerer` and the flat arm with
+    `ExtractiveAnswerer`; with one, both arms use it. `limit` keeps the first N
+    conversations."""
     convs = _conversations(dataset, limit)
     mems = (
         list(memories)
         if memories is not None
         else [build_typed_memory(c, extractor=extractor) for c in convs]
     )
-    typed = typed_answers(dataset, mems, k=k)
-    flat = _flat_answers(dataset, [m.sample_id for m in mems], k, ANSWERABLE)
+    typed = typed_answers(dataset, mems, k=k, answerer=answerer, judge=judge)
+    flat = _flat_answers(dataset, [m.sample_id for m in mems], k, ANSWERABLE, answerer, judge)
     t_by = {(r.sample_id, r.qa_index): r for r in typed}
     pairs = [(t_by[(f.sample_id, f.qa_index)], f) for f in flat]
     rows: list[dict[str, Any]] = []
@@ -216,37 +331,9 @@ def ablate_typed_layer(
     ]
     groups.append(("all", pairs))
     for cat, ps in groups:
-        if not ps:
-            continue
-        ts, fs = [p[0].score for p in ps], [p[1].score for p in ps]
-        for variant, xs in (("typed", ts), ("flat", fs)):
-            rows.append(
-                score_rows(
-                    "typed_layer",
-                    variant,
-                    "answerable",
-                    cat,
-                    xs,
-                    binary=False,
-                    metric="f1",
-                    seed=seed,
-                    resamples=resamples,
-                )
-            )
-        rows.append(
-            comparison_row(
-                "typed_layer",
-                "typed",
-                "flat",
-                "answerable",
-                cat,
-                ts,
-                fs,
-                metric="f1",
-                seed=seed,
-                resamples=resamples,
-            )
-        )
+        if ps:
+            arms = {"typed": [p[0] for p in ps], "flat": [p[1] for p in ps]}
+            rows += _variant_rows("typed_layer", "answerable", cat, arms, "typed", seed, resamples)
     return rows
 
 
@@ -358,65 +445,74 @@ def _correct(prediction: str | None, gold: str) -> float:
     return float(prediction is not None and normalize_answer(prediction) == normalize_answer(gold))
 
 
+# Why each by-construction result holds (reported as a check, never tested).
+WHY_AS_OF = (
+    "the gold is the belief recorded by then under recency, which is the rule of the LWW "
+    "store it is read from with resolve_at(key, t, t)"
+)
+WHY_UNCHANGED = "nothing superseded the asked value afterwards: the last value written is the gold"
+WHY_SINGLE = "a key stated once: no contradiction, so no operator has anything to decide"
+
+
 def _slice_rows(
     ablation: str,
     variants: Mapping[str, Callable[[AsOfQuestion], str | None]],
     questions: Sequence[AsOfQuestion],
-    reference: str,
+    by_construction: Callable[[str, str], str | None],
     seed: int,
     resamples: int,
 ) -> list[dict[str, Any]]:
+    """Per as-of slice and variant: a check (expected 1.0) where `by_construction(variant,
+    slice)` gives the reason it must hold, else a score with its Wilson interval. No
+    comparisons: on these slices the reference is right by construction, so a test against
+    it would only restate how the slice was built."""
     rows: list[dict[str, Any]] = []
     for slice_ in SLICES:
         qs = [q for q in questions if q.slice == slice_]
         if not qs:
             continue
-        scores = {v: [_correct(fn(q), q.gold) for q in qs] for v, fn in variants.items()}
-        for v, xs in scores.items():
-            rows.append(
-                score_rows(
-                    ablation,
-                    v,
-                    slice_,
-                    "all",
-                    xs,
-                    binary=True,
-                    metric="accuracy",
-                    seed=seed,
-                    resamples=resamples,
-                )
-            )
-        for v, xs in scores.items():
-            if v != reference:
+        for v, fn in variants.items():
+            xs = [_correct(fn(q), q.gold) for q in qs]
+            why = by_construction(v, slice_)
+            if why is not None:
+                rows.append(check_row(ablation, v, slice_, xs, 1.0, why))
+            else:
                 rows.append(
-                    comparison_row(
-                        ablation,
-                        reference,
-                        v,
-                        slice_,
-                        "all",
-                        scores[reference],
-                        xs,
-                        metric="accuracy",
-                        seed=seed,
-                        resamples=resamples,
-                    )
-                )
+                    score_rows(ablation, v, slice_, "all", xs, binary=True, metric="accuracy",
+                               seed=seed, resamples=resamples)
+                )  # fmt: skip
     return rows
+
+
+def _audit_by_construction(variant: str, slice_: str) -> str | None:
+    if variant == "dual_row":
+        return WHY_AS_OF
+    return WHY_UNCHANGED if slice_ != "superseded" else None
 
 
 def ablate_audit_rows(
     dataset: LocomoDataset,
     *,
     limit: int | None = None,
+    k: int = 5,
     seed: int = SEED,
     resamples: int = DEFAULT_RESAMPLES,
     memories: Sequence[TypedMemory] | None = None,
+    extractor: Extractor | None = None,
+    answerer: Answerer | None = None,
+    judge: AnswerJudge | None = None,
 ) -> list[dict[str, Any]]:
     """(b) TOKI dual-row (history kept; as-of read with `resolve_at(key, at, at)`) vs LWW
-    overwrite without audit rows, on the superseded slice and the two control slices."""
+    overwrite without audit rows. On the as-of slices the dual-row read and the overwrite
+    store on the control slices are right by construction (checks); the overwrite store's
+    score on the superseded slice is a measurement (it is right only where a later value
+    repeated the earlier one). `qa_superseded` compares the two on LoCoMo questions."""
     convs = _conversations(dataset, limit)
-    mems = list(memories) if memories is not None else [build_typed_memory(c) for c in convs]
+    mems = (
+        list(memories)
+        if memories is not None
+        else [build_typed_memory(c, extractor=extractor) for c in convs]
+    )
     questions: list[AsOfQuestion] = []
     answer: dict[int, tuple[str | None, str | None]] = {}
     for tm in mems:
@@ -429,8 +525,8 @@ def ablate_audit_rows(
         "dual_row": lambda q: answer[index[id(q)]][0],
         "overwrite": lambda q: answer[index[id(q)]][1],
     }
-    rows = _slice_rows("audit_rows", variants, questions, "dual_row", seed, resamples)
-    return rows + _qa_superseded_rows(dataset, mems, seed, resamples)
+    rows = _slice_rows("audit_rows", variants, questions, _audit_by_construction, seed, resamples)
+    return rows + _qa_superseded_rows(dataset, mems, k, seed, resamples, answerer, judge)
 
 
 def superseded_evidence(typed: TypedMemory) -> frozenset[str]:
@@ -446,57 +542,39 @@ def superseded_evidence(typed: TypedMemory) -> frozenset[str]:
 
 
 def _qa_superseded_rows(
-    dataset: LocomoDataset, mems: Sequence[TypedMemory], seed: int, resamples: int
+    dataset: LocomoDataset,
+    mems: Sequence[TypedMemory],
+    k: int,
+    seed: int,
+    resamples: int,
+    answerer: Answerer | None = None,
+    judge: AnswerJudge | None = None,
 ) -> list[dict[str, Any]]:
     """The LoCoMo questions (categories 1-4) whose gold evidence was later superseded,
     answered from the typed store with history (dual_row: every version retrievable) and
     from an overwrite store (only each key's latest version). Not a control: off this slice
     the variants may still differ, because the overwrite store retrieves from fewer items."""
-    dual = typed_answers(dataset, mems)
-    over = {(r.sample_id, r.qa_index): r for r in typed_answers(dataset, mems, overwrite=True)}
     gone = {tm.sample_id: superseded_evidence(tm) for tm in mems}
-    rows: list[dict[str, Any]] = []
-    qa = {(c.sample_id, q.index): q for c in dataset.conversations for q in c.qa}
-    pairs = [
-        (r, over[(r.sample_id, r.qa_index)])
-        for r in dual
-        if set(qa[(r.sample_id, r.qa_index)].evidence) & gone[r.sample_id]
-    ]
-    if not pairs:
-        return rows
-    a, b = [p[0].score for p in pairs], [p[1].score for p in pairs]
-    for v, xs in (("dual_row", a), ("overwrite", b)):
-        rows.append(
-            score_rows(
-                "audit_rows",
-                v,
-                "qa_superseded",
-                "all",
-                xs,
-                binary=False,
-                metric="f1",
-                seed=seed,
-                resamples=resamples,
-            )
-        )
-    rows.append(
-        comparison_row(
-            "audit_rows",
-            "dual_row",
-            "overwrite",
-            "qa_superseded",
-            "all",
-            a,
-            b,
-            metric="f1",
-            seed=seed,
-            resamples=resamples,
-        )
-    )
-    return rows
+
+    def only(sample_id: str, q: QA) -> bool:
+        return bool(set(q.evidence) & gone[sample_id])
+
+    kw: dict[str, Any] = {"k": k, "answerer": answerer, "only": only, "judge": judge}
+    dual = typed_answers(dataset, mems, **kw)
+    over = typed_answers(dataset, mems, overwrite=True, **kw)
+    if not dual:
+        return []
+    arms = {"dual_row": dual, "overwrite": over}
+    return _variant_rows("audit_rows", "qa_superseded", "all", arms, "dual_row", seed, resamples)
 
 
 # -- (c) operators --------------------------------------------------------------------------
+
+
+def _operator_by_construction(variant: str, slice_: str) -> str | None:
+    if variant == "LWW":
+        return WHY_AS_OF
+    return WHY_SINGLE if slice_ == "control_single" else None
 
 
 def ablate_operator(
@@ -506,14 +584,19 @@ def ablate_operator(
     k: int = 5,
     seed: int = SEED,
     resamples: int = DEFAULT_RESAMPLES,
+    extractor: Extractor | None = None,
+    answerer: Answerer | None = None,
+    judge: AnswerJudge | None = None,
 ) -> list[dict[str, Any]]:
     """(c) The same claims written through LWW, EWM, AWAIT (no confirmation ever arrives, so
-    a challenger stays PROPOSED) and RULE (newest_valid_time), compared with LWW on the
-    as-of slices (the questions come from the LWW build: the slices depend on the claims,
-    not on the operator) and on the answerable LoCoMo questions (token F1)."""
+    a challenger stays PROPOSED) and RULE (newest_valid_time). On the as-of slices (the
+    questions come from the LWW build: the slices depend on the claims, not on the
+    operator) the gold follows recency, LWW's rule: LWW's rows and every operator's on
+    keys stated once are checks, the others' scores say how far they depart from recency.
+    On the answerable LoCoMo questions each operator is compared with LWW."""
     convs = _conversations(dataset, limit)
     builds = {
-        name: [build_typed_memory(c, operator=op) for c in convs]
+        name: [build_typed_memory(c, operator=op, extractor=extractor) for c in convs]
         for name, op in OPERATOR_VARIANTS.items()
     }
     questions: list[AsOfQuestion] = []
@@ -528,41 +611,14 @@ def ablate_operator(
         return lambda q: _toki_as_of(builds[name][owner[index[id(q)]]], q)
 
     variants = {name: reader(name) for name in OPERATOR_VARIANTS}
-    rows = _slice_rows("operator", variants, questions, "LWW", seed, resamples)
-    qa = {name: typed_answers(dataset, ms, k=k) for name, ms in builds.items()}
-    ref = [r.score for r in qa["LWW"]]
-    for name, results in qa.items():
-        xs = [r.score for r in results]
-        rows.append(
-            score_rows(
-                "operator",
-                name,
-                "answerable",
-                "all",
-                xs,
-                binary=False,
-                metric="f1",
-                seed=seed,
-                resamples=resamples,
-            )
-        )
-    for name, results in qa.items():
-        if name != "LWW":
-            rows.append(
-                comparison_row(
-                    "operator",
-                    "LWW",
-                    name,
-                    "answerable",
-                    "all",
-                    ref,
-                    [r.score for r in results],
-                    metric="f1",
-                    seed=seed,
-                    resamples=resamples,
-                )
-            )
-    return rows
+    rows = _slice_rows(
+        "operator", variants, questions, _operator_by_construction, seed, resamples
+    )
+    qa = {
+        name: typed_answers(dataset, ms, k=k, answerer=answerer, judge=judge)
+        for name, ms in builds.items()
+    }
+    return rows + _variant_rows("operator", "answerable", "all", qa, "LWW", seed, resamples)
 
 
 ABLATIONS = ("typed_layer", "audit_rows", "operator")
@@ -576,23 +632,38 @@ def run_ablations(
     k: int = 5,
     seed: int = SEED,
     resamples: int = DEFAULT_RESAMPLES,
+    extractor: Extractor | None = None,
+    answerer: Answerer | None = None,
+    judge: AnswerJudge | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the named ablations (default: all three) and return their rows in order. The
-    LWW typed memories are built once and shared by (a) and (b)."""
+    """Run the named ablations (default: all three) and return their rows in order, every
+    comparison Holm-adjusted as one family (`apply_holm`). The LWW typed memories are built
+    once and shared by (a) and (b). `extractor`, `answerer` and `judge` replace the
+    rule-based defaults everywhere they apply (e.g. the `toki.locomo.llm` roles)."""
     names = list(ablations)
     for n in names:
         if n not in ABLATIONS:
             raise InvalidInput("ablation", f"unknown ablation {n!r}", f"use one of {ABLATIONS}")
     convs = _conversations(dataset, limit)
     mems = (
-        [build_typed_memory(c) for c in convs] if {"typed_layer", "audit_rows"} & set(names) else []
+        [build_typed_memory(c, extractor=extractor) for c in convs]
+        if {"typed_layer", "audit_rows"} & set(names)
+        else []
     )
+    models: dict[str, Any] = {"answerer": answerer, "judge": judge}
     rows: list[dict[str, Any]] = []
     for n in names:
         if n == "typed_layer":
-            rows += ablate_typed_layer(dataset, k=k, seed=seed, resamples=resamples, memories=mems)
+            rows += ablate_typed_layer(
+                dataset, k=k, seed=seed, resamples=resamples, memories=mems, **models
+            )
         elif n == "audit_rows":
-            rows += ablate_audit_rows(dataset, seed=seed, resamples=resamples, memories=mems)
+            rows += ablate_audit_rows(
+                dataset, k=k, seed=seed, resamples=resamples, memories=mems, **models
+            )
         else:
-            rows += ablate_operator(dataset, limit=limit, k=k, seed=seed, resamples=resamples)
-    return rows
+            rows += ablate_operator(
+                dataset, limit=limit, k=k, seed=seed, resamples=resamples, extractor=extractor,
+                **models,
+            )  # fmt: skip
+    return apply_holm(rows)

@@ -1,5 +1,5 @@
 """`toki locomo …` subcommands: fetch the data, describe it, run the flat baseline and the
-ablations.
+ablations (rule-based, or with a language model behind an OpenAI-compatible endpoint).
 
 `main(argv)` is self-contained so the top-level `toki` command can delegate to it and
 `python -m toki.locomo` works on its own.
@@ -10,13 +10,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from toki.errors import DataError
+from toki.errors import InvalidInput, TokiError
 from toki.locomo.ablations import ABLATIONS, SEED, run_ablations
-from toki.locomo.data import LOCOMO_URL, fetch_locomo, load_locomo
+from toki.locomo.data import LOCOMO_URL, cache_dir, fetch_locomo, load_locomo, sha256_of
 from toki.locomo.flat import run_flat_baseline
+from toki.locomo.llm import LLMAnswerer, LLMAnswerJudge, LLMExtractor
+
+LLM_CACHE = "llm-responses.sqlite"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,6 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     f = sub.add_parser("fetch", help="download the pinned LoCoMo file and verify its sha256")
     f.add_argument("--dest", help="file or directory (default: the user cache directory)")
     f.add_argument("--url", default=LOCOMO_URL)
+    f.add_argument("--json", action="store_true", help="print the path and sha256 as JSON")
     i = sub.add_parser("info", help="counts and parsing problems of the data file")
     i.add_argument("--path")
     i.add_argument("--json", action="store_true")
@@ -49,10 +56,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.add_argument("--seed", type=int, default=SEED)
     a.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     a.add_argument("--json", action="store_true")
+    m = a.add_argument_group(
+        "language model", "an OpenAI-compatible chat-completions endpoint (see docs/locomo.md)"
+    )
+    m.add_argument("--answerer", choices=("extractive", "llm"), default="extractive")
+    m.add_argument("--extractor", choices=("rule", "llm"), default="rule")
+    m.add_argument(
+        "--judge",
+        choices=("none", "llm"),
+        default="none",
+        help="also score answers with an LLM judge (the J score)",
+    )
+    m.add_argument("--base-url", help="API root, e.g. http://127.0.0.1:8000/v1")
+    m.add_argument("--model", help="the model name the server knows")
+    m.add_argument("--temperature", type=float, default=0.0)
+    m.add_argument("--llm-seed", type=int, default=0, help="decoder seed sent with each call")
+    m.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="environment variable holding the API key (local servers need none)",
+    )
+    m.add_argument("--cache", help=f"response cache (default: <user cache>/toki/{LLM_CACHE})")
+    m.add_argument(
+        "--offline", action="store_true", help="make no call: every response must be in the cache"
+    )
+    m.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="make no call: count the calls the run would need, print only that",
+    )
+    m.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
+    m.add_argument("--max-retries", type=int, default=5)
+    m.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "fetch":
-            print(fetch_locomo(args.dest, url=args.url))
+            path = fetch_locomo(args.dest, url=args.url)
+            print(json.dumps({"path": str(path), "sha256": sha256_of(path)}) if args.json else path)
             return 0
         ds = load_locomo(args.path)
         if args.cmd == "info":
@@ -75,20 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 0
         if args.cmd == "ablate":
-            rows = run_ablations(
-                ds,
-                ablations=args.ablation or ABLATIONS,
-                limit=args.limit,
-                k=args.k,
-                seed=args.seed,
-                resamples=args.resamples,
-            )
-            if args.json:
-                print(json.dumps(rows, indent=2))
-            else:
-                for r in rows:
-                    print(_ablation_line(r))
-            return 0
+            return _ablate(args, ds)
         cats = tuple(int(c) for c in args.categories.split(",") if c.strip())
         rows = run_flat_baseline(
             ds, k=args.k, categories=cats, limit=args.limit, include_turns=args.turns
@@ -103,22 +130,139 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                 )
         return 0
-    except DataError as e:
+    except TokiError as e:
         print(f"toki locomo: {e}", file=sys.stderr)
         return 2
 
 
-def _ablation_line(r: dict[str, object]) -> str:
+def _ablate(args: argparse.Namespace, ds: Any) -> int:
+    """The ablations, with the model roles the arguments ask for; an LLM run ends with one
+    row of kind "run": the configuration, the prompts' hashes and what it cost."""
+    uses_llm = "llm" in (args.answerer, args.extractor, args.judge)
+    if not uses_llm:
+        if args.offline or args.dry_run or args.base_url or args.model:
+            raise InvalidInput(
+                "--answerer",
+                "the model options need a model role",
+                "add --answerer llm, --extractor llm or --judge llm",
+            )
+        rows = run_ablations(
+            ds,
+            ablations=args.ablation or ABLATIONS,
+            limit=args.limit,
+            k=args.k,
+            seed=args.seed,
+            resamples=args.resamples,
+        )
+        _print_rows(args, rows)
+        return 0
+    from tqdm import tqdm
+
+    from toki.llm import LLMClient, LLMConfig, LLMStats
+
+    if not args.base_url or not args.model:
+        raise InvalidInput(
+            "--base-url",
+            "an LLM role needs --base-url and --model",
+            "e.g. --base-url http://127.0.0.1:8000/v1 --model NAME",
+        )
+    config = LLMConfig(
+        args.base_url,
+        args.model,
+        temperature=args.temperature,
+        seed=args.llm_seed,
+        timeout=args.timeout,
+        max_retries=args.max_retries,
+        api_key_env=args.api_key_env,
+    )
+    cache_path = Path(args.cache) if args.cache else cache_dir() / LLM_CACHE
+    started = time.perf_counter()
+    with tqdm(disable=args.quiet, desc="model requests", unit="req", file=sys.stderr) as bar:
+
+        def update(stats: LLMStats) -> None:
+            bar.update(1)
+            bar.set_postfix_str(stats.line(), refresh=False)
+
+        client = LLMClient(
+            config, cache_path, offline=args.offline, dry_run=args.dry_run, on_update=update
+        )
+        roles: dict[str, Any] = {
+            "answerer": LLMAnswerer(client) if args.answerer == "llm" else None,
+            "extractor": LLMExtractor(client) if args.extractor == "llm" else None,
+            "judge": LLMAnswerJudge(client) if args.judge == "llm" else None,
+        }
+        try:
+            rows = run_ablations(
+                ds,
+                ablations=args.ablation or ABLATIONS,
+                limit=args.limit,
+                k=args.k,
+                seed=args.seed,
+                resamples=args.resamples,
+                **roles,
+            )
+        finally:
+            client.cache.close()
+    run = {
+        "ablation": "run",
+        "kind": "run",
+        "answerer": args.answerer,
+        "extractor": args.extractor,
+        "judge": args.judge,
+        "llm": config.to_json(),
+        "prompts": {r.prompt.name: r.prompt.hash for r in roles.values() if r is not None},
+        "cache": str(cache_path),
+        "offline": args.offline,
+        "dry_run": args.dry_run,
+        "wall_seconds": round(time.perf_counter() - started, 1),
+        "costs": client.stats.to_json(),
+        "roles": {k: r.costs() for k, r in roles.items() if r is not None},
+    }
+    if args.dry_run:  # answers were placeholders: only the plan means anything
+        rows = []
+    _print_rows(args, [*rows, run])
+    return 0
+
+
+def _print_rows(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(_ablation_line(r))
+
+
+def _ablation_line(r: dict[str, Any]) -> str:
     """One human-readable line per ablation row."""
 
     def f(x: object) -> str:
         return f"{x:.3f}" if isinstance(x, float) else str(x)
 
-    head = f"{r['ablation']:<11} {r['slice']:<14} cat={f(r['category']):<3} n={f(r['n']):<5}"
-    if r["kind"] == "comparison":
+    if r["kind"] == "run":
+        c = r["costs"]
+        plan = f", calls still needed {c['planned']}" if r["dry_run"] else ""
         return (
-            f"{head} {r['variant']} - {r['baseline']}: {f(r['score'])} "
-            f"[{f(r['ci_low'])}, {f(r['ci_high'])}] McNemar p={r['mcnemar_p']:.2g} "
+            f"run: {r['llm']['model']} at {r['llm']['base_url']}: {c['calls']} calls, "
+            f"{c['cache_hits']} cache hits, tokens in/out {c['tokens_in']}/{c['tokens_out']}, "
+            f"{c['retries']} retries, {c['malformed']} malformed, {r['wall_seconds']} s{plan}; "
+            f"roles {r['roles']}; cache {r['cache']}"
+        )
+    head = f"{r['ablation']:<11} {r['slice']:<14} cat={f(r['category']):<3} n={f(r['n']):<5}"
+    metric = (
+        ""
+        if r["metric"] in ("f1", "accuracy", "f1 difference", "accuracy difference")
+        else (f" [{r['metric']}]")
+    )
+    if r["kind"] == "check":
+        verdict = "holds" if r["holds"] else "FAILS"
+        return (
+            f"{head} {r['variant']}: {f(r['score'])} check (expected {f(r['expected'])}): {verdict}"
+        )
+    if r["kind"] == "comparison":
+        holm = f" Holm p={r['holm_p']:.2g}" if "holm_p" in r else ""
+        return (
+            f"{head} {r['variant']} - {r['baseline']}{metric}: {f(r['score'])} "
+            f"[{f(r['ci_low'])}, {f(r['ci_high'])}] McNemar p={r['mcnemar_p']:.2g}{holm} "
             f"power={f(r['power_mcnemar'])}"
         )
-    return f"{head} {r['variant']}: {f(r['score'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]"
+    return f"{head} {r['variant']}{metric}: {f(r['score'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]"

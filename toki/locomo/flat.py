@@ -93,7 +93,8 @@ def build_flat_chunks(
 
 @dataclass(frozen=True, slots=True)
 class QAResult:
-    """One scored question: what was retrieved, answered and scored."""
+    """One scored question: what was retrieved, answered and scored; `judged` is an answer
+    judge's verdict (True correct, False wrong, None not judged or no verdict)."""
 
     sample_id: str
     qa_index: int
@@ -104,6 +105,7 @@ class QAResult:
     score: float
     recall: float
     retrieved: tuple[str, ...]
+    judged: bool | None = None
 
 
 def answer_one(sample_id: str, q: QA, retriever: Retriever, answerer: Answerer, k: int) -> QAResult:

@@ -27,7 +27,7 @@ from toki.locomo.data import Conversation
 from toki.locomo.metrics import porter_stem
 from toki.locomo.retrieval import STOP_WORDS, BM25Retriever, Chunk, Hit, Tokenizer
 from toki.memory import Memory
-from toki.model import Claim, FactKey
+from toki.model import Claim, FactKey, Lifecycle
 from toki.time import BoundSource
 
 __all__ = [
@@ -387,6 +387,9 @@ class TypedRetriever:
       is no longer the key's current value is replaced by the key's current version
       (`Memory.resolve_at(key)`), dropping duplicates; with `overwrite=True` the store keeps
       only each key's latest version and retrieval sees nothing else (no history).
+    * Unresolved: a version still PROPOSED, revoked, or on either side of an open conflict
+      is never retrieved (toki never serves an unresolved conflict as a value, nor puts one
+      in a prompt). Every hit carries its `status` ("current" or "superseded") as of now.
     """
 
     def __init__(
@@ -443,11 +446,23 @@ class TypedRetriever:
             if current:
                 idx = self._current_index(idx)
             chunk = self._chunks[idx]
-            if chunk.id in seen:
+            status = self._status(idx)
+            if chunk.id in seen or status is None:
                 continue
             seen.add(chunk.id)
-            hits.append(Hit(chunk, score, len(hits)))
+            hits.append(Hit(Chunk(chunk.id, chunk.text, {**chunk.metadata, "status": status}),
+                            score, len(hits)))  # fmt: skip
         return hits
+
+    def _status(self, idx: int) -> str | None:
+        """"current" or "superseded"; None for a version that is not settled."""
+        fact = self.facts[idx]
+        life = self.typed.memory.lifecycle(fact.version_id)
+        if life in (Lifecycle.PROPOSED, Lifecycle.REVOKED):
+            return None
+        if any(fact.version_id in pair for pair in self.typed.memory.open_conflicts(fact.key)):
+            return None
+        return "superseded" if life is Lifecycle.SUPERSEDED else "current"
 
     def _current_index(self, idx: int) -> int:
         res = self.typed.memory.resolve_at(self.facts[idx].key)
