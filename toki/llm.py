@@ -387,7 +387,7 @@ class LLMStats:
     """What a run cost: calls answered by the server, cache hits, HTTP requests and retries,
     tokens in and out of the new calls (and of the cached ones when they were made), time
     spent waiting for the server, responses without text, requests the server refused, and
-    (dry run) calls still needed."""
+    (dry run) calls still needed with the characters their messages hold."""
 
     calls: int = 0
     cache_hits: int = 0
@@ -397,6 +397,7 @@ class LLMStats:
     rejected: int = 0
     truncated: int = 0
     planned: int = 0
+    planned_chars: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     cached_tokens_in: int = 0
@@ -418,6 +419,7 @@ class LLMStats:
             "rejected": self.rejected,
             "truncated": self.truncated,
             "planned": self.planned,
+            "planned_chars": self.planned_chars,
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
             "cached_tokens_in": self.cached_tokens_in,
@@ -588,6 +590,7 @@ class LLMClient:
             if theta.digest not in self._planned:
                 self._planned.add(theta.digest)
                 self.stats.planned += 1
+                self.stats.planned_chars += sum(len(m["content"]) for m in body["messages"])
                 self.stats._count(prompt.name, "planned")
             return Completion(None, theta, False, problem="dry run: not called")
         started = time.perf_counter()

@@ -186,6 +186,9 @@ class LLMAnswerer:
             return NOT_MENTIONED
         self.calls += 1
         c = self.client.complete(self.prompt, self.inputs(question, retrieved), label="answer")
+        if c.text is None and self.client.dry_run:
+            # one placeholder per distinct request, so a judge plans one call per answer
+            return f"[dry run {c.theta.digest}]"
         if c.text is None:
             self.malformed += 1
             return ""
@@ -302,7 +305,7 @@ class LLMExtractor:
         data = parse_json_object(c.text) if c.text is not None else None
         facts = data.get("facts") if data is not None else None
         if not isinstance(facts, list):
-            self.malformed += 1
+            self.malformed += 0 if self.client.dry_run else 1
             facts = []
         rules = self.fallback.extract(session_time, texts)
         chosen: dict[int, ExtractedClaim] = {}
@@ -411,7 +414,7 @@ class LLMAnswerJudge:
         }
         c = self.client.complete(self.prompt, inputs, label="judge")
         verdict = _verdict(c.text) if c.text is not None else None
-        if verdict is None:
+        if verdict is None and not self.client.dry_run:
             self.malformed += 1
         return verdict
 

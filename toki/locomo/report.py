@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PAPER", "paper_comparison", "plot_ablations", "select"]
+__all__ = ["NAMES", "PALETTE", "PAPER", "paper_comparison", "plot_ablations", "select"]
 
 # Quoted from the TOKI paper (not measured here).
 PAPER: dict[str, Any] = {
@@ -34,33 +34,41 @@ def _one(rows: Sequence[dict[str, Any]], **where: Any) -> dict[str, Any] | None:
 def paper_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One line per headline number: the paper's value, toki's, and what each measures."""
     out: list[dict[str, Any]] = []
-    t = _one(rows, ablation="typed_layer", kind="score", variant="typed", category="all")
-    f = _one(rows, ablation="typed_layer", kind="score", variant="flat", category="all")
-    c = _one(rows, ablation="typed_layer", kind="comparison", category="all")
+    t = _one(rows, ablation="typed_layer", kind="score", variant="typed", category="all",
+             metric="f1")
+    f = _one(rows, ablation="typed_layer", kind="score", variant="flat", category="all",
+             metric="f1")
+    c = _one(rows, ablation="typed_layer", kind="comparison", category="all",
+             metric="f1 difference")
     p = PAPER["typed_layer"]
     if t and f and c:
+        holm = f", Holm {c['holm_p']:.2g}" if "holm_p" in c else ""
         out.append({
             "measure": "typed layer: with vs without",
             "paper": f"{p['with']:.3f} vs {p['without']:.3f} "
                      f"(n={p['n']}, McNemar p {p['mcnemar_p']})",
             "toki": f"{t['score']:.3f} vs {f['score']:.3f} "
-                    f"(n={t['n']}, McNemar p={c['mcnemar_p']:.2g})",
+                    f"(n={t['n']}, McNemar p={c['mcnemar_p']:.2g}{holm})",
             "paper metric": "answer accuracy of an LLM agent (harness not public)",
             "toki metric": "upstream token F1, BM25 + extractive answers; "
                            "flat = the same texts untyped",
         })  # fmt: skip
-    a = _one(rows, ablation="audit_rows", kind="comparison", slice="superseded")
-    q = _one(rows, ablation="audit_rows", kind="comparison", slice="qa_superseded")
-    ctrl = select(rows, ablation="audit_rows", kind="score", slice="control_single")
+    d = _one(rows, ablation="audit_rows", kind="check", slice="superseded", variant="dual_row")
+    o = _one(rows, ablation="audit_rows", slice="superseded", variant="overwrite")
+    q = _one(rows, ablation="audit_rows", kind="comparison", slice="qa_superseded",
+             metric="f1 difference")
+    ctrl = [r for r in select(rows, ablation="audit_rows", kind="check")
+            if r["slice"].startswith("control")]
     pa = PAPER["audit_rows"]
-    if a:
+    if d and o:
         out.append({
             "measure": "audit-row defence (dual-row - overwrite), as-of slice",
             "paper": f"+{pa['defence']:.2f} [{pa['ci'][0]:.2f}, {pa['ci'][1]:.2f}]",
-            "toki": f"{a['score']:+.2f} [{a['ci_low']:.2f}, {a['ci_high']:.2f}] (n={a['n']})",
+            "toki": f"{d['score'] - o['score']:+.2f} (n={d['n']}; a check, not a test: "
+                    f"dual-row {'holds' if d['holds'] else 'FAILS'})",
             "paper metric": "constructed slice, LLM answers",
             "toki metric": "exact value of a structured as-of read; overwrite is wrong by "
-                           "construction on this slice",
+                           "construction unless a value came back",
         })  # fmt: skip
     if q:
         out.append({
@@ -74,48 +82,124 @@ def paper_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({
             "measure": "controls (nothing superseded)",
             "paper": f"{pa['controls']:.2f}",
-            "toki": ", ".join(f"{r['variant']} {r['score']:.2f}" for r in ctrl),
+            "toki": ", ".join(f"{r['variant']} {r['slice']} {r['score']:.2f}" for r in ctrl),
             "paper metric": "control slices, LLM answers",
-            "toki metric": "keys stated once, as-of reads",
+            "toki metric": "as-of reads; checks (true by construction)",
         })  # fmt: skip
     return out
 
 
-def plot_ablations(rows: Sequence[dict[str, Any]], path: str | Path | None = None) -> Any:
-    """Three panels (typed vs flat per category; dual-row vs overwrite per slice; operators
-    per slice), each bar with its interval. Saved to `path` when given; returns the figure."""
-    import matplotlib
+# -- the figure ------------------------------------------------------------------------------
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+# Okabe & Ito's colour-blind-safe palette (blue, orange, bluish green, reddish purple).
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7")
+NAMES: dict[str, str] = {
+    "typed": "Typed memory",
+    "flat": "Flat memory (same texts)",
+    "dual_row": "History kept (dual-row)",
+    "overwrite": "Overwrite (no history)",
+    "LWW": "Last writer wins",
+    "EWM": "Evidence-weighted merge",
+    "AWAIT": "Await confirmation",
+    "RULE": "Per-key rule (newest valid time)",
+    "1": "Multi-hop",
+    "2": "Temporal",
+    "3": "Open-domain",
+    "4": "Single-hop",
+    "all": "All four",
+    "superseded": "Superseded\nfacts",
+    "control_single": "Stated once\n(control)",
+    "control_latest": "Last stated\n(control)",
+    "qa_superseded": "Questions on\nsuperseded\nevidence",
+    "answerable": "All\nanswerable\nquestions",
+}
+METRIC_NAMES = {
+    "f1": "token F1",
+    "llm_judge": "judged correct (J)",
+    "accuracy": "exact as-of value",
+}
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    panels = [
-        ("typed_layer", "category", ["typed", "flat"], "token F1 (categories 1-4)"),
-        ("audit_rows", "slice", ["dual_row", "overwrite"], "accuracy / F1"),
-        ("operator", "slice", ["LWW", "EWM", "AWAIT", "RULE"], "accuracy / F1"),
-    ]
-    for ax, (abl, group, variants, ylabel) in zip(axes, panels, strict=True):
-        scores = select(rows, ablation=abl, kind="score")
-        groups = list(dict.fromkeys(str(r[group]) for r in scores))
+
+def _panels() -> list[tuple[str, str, str, list[str], list[str]]]:
+    """(ablation, group field, title, variants, groups in order)."""
+    return [
+        ("typed_layer", "category", "(a) Typing the memory", ["typed", "flat"],
+         ["1", "2", "3", "4", "all"]),
+        ("audit_rows", "slice", "(b) Keeping superseded versions", ["dual_row", "overwrite"],
+         ["superseded", "control_single", "control_latest", "qa_superseded"]),
+        ("operator", "slice", "(c) Conflict-resolution operator", ["LWW", "EWM", "AWAIT", "RULE"],
+         ["superseded", "control_single", "control_latest", "answerable"]),
+    ]  # fmt: skip
+
+
+def _bar_row(rows: Sequence[dict[str, Any]], abl: str, field: str, group: str, variant: str,
+             metric: str) -> dict[str, Any] | None:
+    for r in rows:
+        if (r.get("ablation") == abl and r.get("kind") in ("score", "check")
+                and r.get("variant") == variant and str(r.get(field)) == group
+                and r.get("metric") in (metric, "accuracy")):
+            return r
+    return None  # fmt: skip
+
+
+def plot_ablations(
+    rows: Sequence[dict[str, Any]], path: str | Path | None = None, *, metric: str = "f1"
+) -> Any:
+    """The three ablations as grouped bars with their 95% intervals, in plain words, with a
+    colour-blind-safe palette. Results true by construction (checks) are hatched and carry no
+    interval; a measured zero is marked "0", a bar with no data "n/a". `metric` picks the
+    answer metric ("f1" or, after a judged run, "llm_judge"); as-of slices are always exact
+    values. Saved to `path` when given (fixed metadata); returns the matplotlib Figure."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    fig = Figure(figsize=(15, 6))
+    axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": [5, 4, 4.4]})
+    answer = METRIC_NAMES.get(metric, metric)
+    for ax, (abl, field, title, variants, groups) in zip(axes, _panels(), strict=True):
         width = 0.8 / len(variants)
         for i, v in enumerate(variants):
-            xs, ys, lo, hi = [], [], [], []
+            colour = PALETTE[i % len(PALETTE)]
             for j, g in enumerate(groups):
-                r = next((r for r in scores if r["variant"] == v and str(r[group]) == g), None)
+                x = j + (i - (len(variants) - 1) / 2) * width
+                r = _bar_row(rows, abl, field, g, v, metric)
                 if r is None:
+                    ax.text(x, 0.02, "n/a", ha="center", va="bottom", rotation=90, fontsize=7,
+                            color="0.45")  # fmt: skip
                     continue
-                xs.append(j + (i - (len(variants) - 1) / 2) * width)
-                ys.append(r["score"])
-                lo.append(max(0.0, r["score"] - r["ci_low"]))
-                hi.append(max(0.0, r["ci_high"] - r["score"]))
-            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=v)
-        ax.set_xticks(range(len(groups)), groups, rotation=20)
-        ax.set_title(abl)
-        ax.set_ylabel(ylabel)
-        ax.set_ylim(0, 1.05)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+                y = float(r["score"])
+                check = r["kind"] == "check"
+                ax.bar(x, y, width, color=colour, edgecolor="black", linewidth=0.4,
+                       hatch="///" if check else None)  # fmt: skip
+                if not check and r.get("ci_low") is not None:
+                    ax.errorbar(x, y, yerr=[[max(0.0, y - r["ci_low"])],
+                                            [max(0.0, r["ci_high"] - y)]],
+                                color="black", capsize=2, linewidth=0.8)  # fmt: skip
+                if y == 0.0:
+                    ax.plot([x - width / 2, x + width / 2], [0.0, 0.0], color=colour,
+                            linewidth=3, solid_capstyle="butt")  # fmt: skip
+                    top = r["ci_high"] if r.get("ci_high") is not None else 0.0
+                    ax.text(x, top + 0.015, "0", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(groups)), [NAMES.get(g, g) for g in groups], fontsize=8.5)
+        ax.set_title(title, fontsize=11)
+        ax.set_ylim(0, 1.08)
+        ax.set_xlim(-0.6, len(groups) - 0.4)
+        ax.axhline(0, color="black", linewidth=0.6)
+        ax.grid(axis="y", color="0.9", linewidth=0.6)
+        ax.set_axisbelow(True)
+        handles = [Patch(facecolor=PALETTE[i % len(PALETTE)], edgecolor="black",
+                         label=NAMES.get(v, v)) for i, v in enumerate(variants)]  # fmt: skip
+        ax.legend(handles=handles, fontsize=8, loc="upper center", ncol=2, frameon=False,
+                  bbox_to_anchor=(0.5, -0.16))  # fmt: skip
+    axes[0].set_ylabel(f"Score ({answer} for questions; {METRIC_NAMES['accuracy']} for facts)")
+    fig.text(
+        0.5, 0.01,
+        "Hatched: true by construction (a check, no interval). Whiskers: 95% intervals. "
+        '"0": a measured zero; "n/a": no data. Facts: "what was it as of session k?" '
+        "read from the store; questions: LoCoMo's own, answered from retrieved memory.",
+        ha="center", fontsize=8,
+    )  # fmt: skip
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110, metadata={"Software": None})
