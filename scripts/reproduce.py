@@ -81,8 +81,9 @@ def parts(bench: bool) -> list[Part]:
         Part("pg-grid", "PostgreSQL grid", [toki_cmd("pg-grid")],
              skip=(None if toki_has("pg-grid") else "`toki pg-grid` is not available yet")
              or pg_reachable()),
-        # executed, not saved: the notebooks are committed as their authors keep them (the LoCoMo
-        # one without outputs); executing regenerates notebooks/figures/.
+        # executed, not saved: the notebooks are committed executed by their authors; executing
+        # regenerates notebooks/figures/ (tests/locomo/test_report.py then flags a LoCoMo
+        # notebook whose inline figure no longer matches the file: re-save it).
         Part("notebooks", "notebooks/figures/ (notebooks executed, not saved)",
              [[py, "-c", EXECUTE, nb] for nb in notebooks],
              skip=None if notebooks and _has("nbclient") else "nbclient is not installed"),
