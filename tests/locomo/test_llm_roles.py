@@ -306,3 +306,11 @@ def test_cli_refuses_model_options_without_a_model_role(
     assert "model role" in capsys.readouterr().err
     assert main(["ablate", "--path", str(data_file), "--answerer", "llm"]) == 2
     assert "--base-url" in capsys.readouterr().err
+
+
+def test_the_docs_write_down_every_prompt() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs" / "locomo.md"
+    text = " ".join(docs.read_text(encoding="utf-8").split())
+    for prompt in (ANSWER_PROMPT, EXTRACT_PROMPT, JUDGE_PROMPT):
+        assert " ".join(prompt.system.split()) in text, prompt.name
+        assert " ".join(prompt.user.split()) in text, prompt.name

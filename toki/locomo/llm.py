@@ -58,7 +58,7 @@ EXTRACT_PROMPT = Prompt(
         "You turn statements about two people into typed facts for a memory store that keeps "
         "every version of a fact. For each numbered statement give one fact with these fields: "
         '"item": the statement\'s number; "subject": the name of the speaker the fact is '
-        'about (one of the two speakers, spelled as given); "predicate": a short snake_case '
+        'about (one of the speakers listed, spelled as given); "predicate": a short snake_case '
         "key naming what the fact is about, chosen so that a later statement updating the same "
         'thing gets the same key (e.g. "job", "home_city", "relationship_status", "pet"); '
         '"valid_from": when the fact began to hold, as "YYYY-MM-DD", "YYYY-MM" or "YYYY", '
