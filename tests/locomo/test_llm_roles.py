@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.llm_stub import StubServer
 from toki.algebra import AWAIT
@@ -314,3 +316,92 @@ def test_the_docs_write_down_every_prompt() -> None:
     for prompt in (ANSWER_PROMPT, EXTRACT_PROMPT, JUDGE_PROMPT):
         assert " ".join(prompt.system.split()) in text, prompt.name
         assert " ".join(prompt.user.split()) in text, prompt.name
+
+
+def _offline(reply: str, prompt: Any, inputs: dict[str, str]) -> LLMClient:
+    """An offline client whose cache already holds `reply` for this request: no server."""
+    client = LLMClient(LLMConfig("http://127.0.0.1:1/v1", "m"), environ={}, offline=True)
+    theta = client.theta(prompt, inputs)
+    client.cache.put(theta, prompt.name, client.request_body(prompt, inputs), "{}", reply)
+    return client
+
+
+_VALUES = st.one_of(st.none(), st.integers(-2, 6), st.booleans(),
+                    st.sampled_from(["Ada", "bo", "Carol", "job", "Home City", "", "2023",
+                                     "2023-04", "2023-04-31", "2023-05-06", "last month",
+                                     "6 May 2023", "3"]), st.text(max_size=8))
+# mostly well-formed facts with one field or another wrong, plus arbitrary objects
+_FACT = st.one_of(
+    st.fixed_dictionaries({
+        "item": st.one_of(st.integers(1, 4), st.sampled_from([0, 5, "2", True, None])),
+        "subject": st.one_of(st.sampled_from(["Ada", "bo", "Bo"]),
+                             st.sampled_from(["Carol", "", None, 3])),
+        "predicate": st.one_of(st.sampled_from(["job", "Home City"]),
+                               st.sampled_from(["", None, "!!", 7])),
+        "valid_from": st.one_of(st.sampled_from(["2023", "2023-04", "2023-05-06"]),
+                                st.sampled_from([None, "2023-04-31", "May", 5])),
+        "time_quote": st.sampled_from([None, "", "last month", "6 May 2023", "in 2020", "tea",
+                                       "race", 3]),
+    }),
+    st.dictionaries(st.sampled_from(["item", "subject", "predicate", "valid_from",
+                                     "time_quote"]), _VALUES),
+)
+_REPLY = st.one_of(
+    st.lists(st.one_of(_FACT, _VALUES), max_size=8).map(lambda fs: json.dumps({"facts": fs})),
+    st.text(max_size=40),
+    _VALUES.map(json.dumps),
+)
+
+
+@settings(max_examples=300)
+@given(_REPLY)
+def test_any_extraction_reply_keeps_every_text_and_never_invents_a_date(reply: str) -> None:
+    probe = LLMExtractor(LLMClient(LLMConfig("http://127.0.0.1:1/v1", "m"), environ={}))
+    ext = LLMExtractor(_offline(reply, EXTRACT_PROMPT, probe.inputs(SESSION, TEXTS)))
+    out = ext.extract(SESSION, TEXTS)
+    rules = RuleExtractor().extract(SESSION, TEXTS)
+    assert [(c.text, c.source_id, c.item) for c in out] == [
+        (r.text, r.source_id, r.item) for r in rules]
+    assert ext.fallback_statements == sum(1 for c, r in zip(out, rules, strict=True) if c == r)
+    data = parse_json_object(reply)
+    facts = data.get("facts") if isinstance(data, dict) else None
+    quotes = [" ".join(f["time_quote"].lower().split()) for f in facts or []
+              if isinstance(f, dict) and isinstance(f.get("time_quote"), str)
+              and f["time_quote"].strip()]
+    for c, r, t in zip(out, rules, TEXTS, strict=True):
+        assert c.subject in ("Ada", "Bo")
+        sources = [" ".join(t.text.lower().split())]
+        if t.date is not None:
+            sources.append(f"{t.date.day} {t.date:%B} {t.date.year}".lower())
+        if c != r and not any(q in src for q in quotes for src in sources):
+            # no quote of the statement backs a date: the start is ASSUMED, never invented
+            assert c.when.source is BoundSource.ASSUMED
+
+
+@given(st.text(max_size=60))
+def test_any_judge_reply_gives_a_verdict_or_counts_as_malformed(reply: str) -> None:
+    inputs = {"question": "When?", "gold": "7 May 2023", "answer": "May 7th"}
+    judge = LLMAnswerJudge(_offline(reply, JUDGE_PROMPT, inputs))
+    verdict = judge.grade("When?", "7 May 2023", "May 7th")
+    assert verdict in (True, False, None)
+    assert judge.malformed == (verdict is None)
+
+
+def test_malformed_answers_are_counted_and_the_run_completes(
+    stub: StubServer, invented: LocomoDataset
+) -> None:
+    stub.script = ["garbage", "nochoices", "garbage"]
+    client = make_client(stub)
+    ans = LLMAnswerer(client)
+    rows = run_ablations(invented, ablations=["typed_layer"], resamples=50, answerer=ans)
+    assert rows and ans.malformed == 3 == client.stats.malformed
+    assert client.stats.calls == len(stub.requests)
+
+
+def test_cli_progress_shows_the_costs(
+    stub: StubServer, data_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [a for a in _cli(stub, data_file, tmp_path / "c.sqlite") if a != "--quiet"]
+    assert main([*args, "--ablation", "typed_layer"]) == 0
+    err = capsys.readouterr().err
+    assert "model requests" in err and "cache hits" in err and "tokens" in err
