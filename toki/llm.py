@@ -405,7 +405,8 @@ class LLMStats:
     seconds: float = 0.0
     by_prompt: dict[str, dict[str, int]] = field(default_factory=dict)
 
-    def _count(self, prompt: str, what: str) -> None:
+    def tally(self, prompt: str, what: str) -> None:
+        """Count one call, cache hit or planned call of `prompt`."""
         per = self.by_prompt.setdefault(prompt, {"calls": 0, "cache_hits": 0, "planned": 0})
         per[what] += 1
 
@@ -575,7 +576,7 @@ class LLMClient:
             self.stats.cache_hits += 1
             self.stats.cached_tokens_in += hit.tokens_in
             self.stats.cached_tokens_out += hit.tokens_out
-            self.stats._count(prompt.name, "cache_hits")
+            self.stats.tally(prompt.name, "cache_hits")
             return Completion(
                 hit.text, theta, True, hit.tokens_in, hit.tokens_out, hit.finish_reason
             )
@@ -591,7 +592,7 @@ class LLMClient:
                 self._planned.add(theta.digest)
                 self.stats.planned += 1
                 self.stats.planned_chars += sum(len(m["content"]) for m in body["messages"])
-                self.stats._count(prompt.name, "planned")
+                self.stats.tally(prompt.name, "planned")
             return Completion(None, theta, False, problem="dry run: not called")
         started = time.perf_counter()
         try:
@@ -610,7 +611,7 @@ class LLMClient:
         self._answered += 1
         self.stats.seconds += seconds
         self.stats.calls += 1
-        self.stats._count(prompt.name, "calls")
+        self.stats.tally(prompt.name, "calls")
         text, problem, t_in, t_out, finish = parse_completion(raw)
         self.stats.tokens_in += t_in
         self.stats.tokens_out += t_out
