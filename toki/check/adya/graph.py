@@ -1,0 +1,252 @@
+"""The dependency graph: typed edges between transactions, held compactly.
+
+An edge is (src node, dst node, meta) with meta = (label bit, key, src value, dst value,
+flags). Nodes are transactions (committed or in doubt), then *hub* placeholders: when R
+readers of one version all anti-depend on W writers, the R·W edges go through one hub node
+(R + W edges) and the cycle search counts ``reader -rw-> hub -HUB-> writer`` as one rw step.
+Two transactions may be linked by several relations at once (an rw and a realtime edge, say);
+the search sees all of them (Elle's edges carry a set of relations, and so do ours).
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Final
+
+import networkx as nx
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+from toki.check.adya.explain import Edge, Rel
+from toki.check.adya.history import Key, TxnId, Value
+from toki.errors import HistoryFormatError
+
+__all__ = ["WR", "WW", "RW", "PR", "RT", "HUB", "Graph", "Meta"]
+
+# Edge labels as bits.
+WW: Final = 1
+WR: Final = 2
+RW: Final = 4
+PR: Final = 8
+RT: Final = 16
+HUB: Final = 32  # reader -rw-> hub -HUB-> writer: one rw step, two hops
+DATA: Final = WW | WR | RW
+REL_NAME: Final[dict[int, Rel]] = {WW: "ww", WR: "wr", RW: "rw", PR: "process", RT: "realtime"}
+# Edge flags.
+INFERRED: Final = 1  # the version order was inferred, not given
+LATER: Final = 2  # dst's version comes later, maybe not next
+LIST: Final = 4  # a list-append key
+
+# An edge's metadata: (label bit, key, src_value, dst_value, flags).
+Meta = tuple[int, Key | None, Value, Value, int]
+
+
+@dataclass(slots=True)
+class Graph:
+    """Nodes (transaction ids, then hubs) and parallel edge lists."""
+
+    ids: list[TxnId]
+    n_txns: int
+    src: list[int] = field(default_factory=list)
+    dst: list[int] = field(default_factory=list)
+    meta: list[Meta] = field(default_factory=list)
+
+    def hub(self, name: str) -> int:
+        """A new hub node."""
+        self.ids.append(name)
+        return len(self.ids) - 1
+
+    def edge(self, i: int) -> Edge:
+        return to_edge(self.ids, self.src[i], self.dst[i], self.meta[i])
+
+
+def to_edge(ids: list[TxnId], u: int, v: int, m: Meta) -> Edge:
+    label, key, a, b, flags = m
+    return Edge(
+        ids[u],
+        ids[v],
+        REL_NAME[label],
+        key,
+        a,
+        b,
+        inferred=bool(flags & INFERRED),
+        adjacent=not flags & LATER,
+        list_key=bool(flags & LIST),
+    )
+
+
+def through(into_hub: Meta, out_of_hub: Meta) -> Meta:
+    """reader -rw-> hub -> writer, as the one rw step it stands for."""
+    return (RW, into_hub[1], into_hub[2], out_of_hub[3], into_hub[4] | out_of_hub[4])
+
+
+def process_edges(
+    g: Graph, procs: list[Hashable], starts: list[int | None], oks: list[bool]
+) -> None:
+    """Each process's committed transactions in order (start index, else history order)."""
+    by_proc: dict[Hashable, list[tuple[int, int]]] = {}
+    for node, p in enumerate(procs):
+        if p is None or not oks[node]:
+            continue
+        s = starts[node]
+        by_proc.setdefault(p, []).append((node if s is None else s, node))
+    for p, seq in by_proc.items():
+        seq.sort()
+        for (_, a), (_, b) in itertools.pairwise(seq):
+            g.src.append(a)
+            g.dst.append(b)
+            g.meta.append((PR, None, p, None, 0))
+
+
+def realtime_order(
+    ids: list[TxnId], starts: list[int | None], ends: list[int | None]
+) -> Iterator[tuple[int, int]]:
+    """(a, b) with a completed before b began, transitively reduced (Elle's frontier).
+
+    The frontier holds completed txns not yet covered by a later completed one; each txn links
+    from the frontier at its start, so pairs are O(n · concurrency), not O(n²). A transaction
+    without a start index (a completion with no invocation) gets no predecessors.
+    """
+    events: list[tuple[int, int, int]] = []
+    for node in range(len(starts)):
+        s = starts[node]
+        e = ends[node]
+        if s is not None:
+            events.append((s, 0, node))
+        if e is not None:
+            if s is not None and e < s:
+                raise HistoryFormatError(
+                    f"txn {ids[node]!r}", f"end_index {e} is before start_index {s}"
+                )
+            events.append((e, 1, node))
+    events.sort()
+    frontier: set[int] = set()
+    preds: dict[int, list[int]] = {}
+    for _, kind, node in events:
+        if kind == 0:
+            ps = sorted(frontier)
+            preds[node] = ps
+            for p in ps:
+                yield p, node
+        else:
+            frontier.difference_update(preds.get(node, ()))
+            frontier.add(node)
+
+
+def realtime_edges(
+    g: Graph, starts: list[int | None], ends: list[int | None]
+) -> None:
+    """T1 → T2 when T1 completed before T2 began (transitively reduced)."""
+    for p, node in realtime_order(g.ids, starts, ends):
+        g.src.append(p)
+        g.dst.append(node)
+        g.meta.append((RT, None, ends[p], starts[node], 0))
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC: building millions of containers otherwise triggers it constantly."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def cyclic_edges(n: int, src: list[int], dst: list[int]) -> tuple[list[int], np.ndarray]:
+    """Indices of the edges that can lie on a cycle (both ends in one non-trivial SCC), and
+    each node's component label.
+
+    A linear filter in compiled code (scipy's strong components over a sparse matrix), so that
+    the Python search only ever sees the transactions that matter. On an acyclic history this
+    returns nothing.
+    """
+    if not src:
+        return [], np.zeros(n, dtype=np.int64)
+    s = np.asarray(src, dtype=np.int64)
+    d = np.asarray(dst, dtype=np.int64)
+    m = csr_matrix((np.ones(len(s), dtype=np.int8), (s, d)), shape=(n, n))
+    _, labels = connected_components(m, directed=True, connection="strong")
+    sizes = np.bincount(labels)
+    ls = labels[s]
+    inside = (sizes[ls] > 1) & (ls == labels[d])
+    return [int(i) for i in np.flatnonzero(inside)], labels
+
+
+def to_networkx(g: Graph) -> nx.MultiDiGraph:
+    """The whole graph, one networkx edge per (relation, key) with its ``Edge``; hubs expanded."""
+    out = nx.MultiDiGraph()
+    out.add_nodes_from(g.ids[: g.n_txns])
+    hub_out: dict[int, list[tuple[int, Meta]]] = {}
+    for u, v, m in zip(g.src, g.dst, g.meta, strict=True):
+        if u >= g.n_txns:
+            hub_out.setdefault(u, []).append((v, m))
+    for u, v, m in zip(g.src, g.dst, g.meta, strict=True):
+        if u >= g.n_txns:
+            continue
+        expanded = [(v, m)] if v < g.n_txns else [(w, through(m, m2)) for w, m2 in hub_out[v]]
+        for w, m2 in expanded:
+            if w == u:
+                continue
+            e = to_edge(g.ids, u, w, m2)
+            gk = (e.rel, e.key)
+            if not out.has_edge(e.src, e.dst, key=gk):
+                out.add_edge(e.src, e.dst, key=gk, rel=e.rel, edge=e)
+    return out
+
+
+HUB_FANOUT: Final = 4096
+
+
+def fan_out(
+    g: Graph,
+    readers: list[tuple[int, Value]],
+    writers: list[tuple[int, Value]],
+    key: Key,
+    flags: int,
+    hub_name: str,
+) -> None:
+    """rw edges from every reader to every writer but itself, linear in their number.
+
+    Past ``HUB_FANOUT`` pairs the readers that wrote nothing here go through one hub node
+    (R + W edges); a reader that is also a writer links directly to the others, so that no
+    path reader → hub → reader can close a false cycle.
+    """
+    if not readers or not writers:
+        return
+    add_s, add_d, add_m = g.src.append, g.dst.append, g.meta.append
+    if len(readers) * len(writers) <= HUB_FANOUT:
+        for node, ver in readers:
+            for w, e in writers:
+                if w != node:
+                    add_s(node)
+                    add_d(w)
+                    add_m((RW, key, ver, e, flags))
+        return
+    wnodes = {w for w, _ in writers}
+    plain = [(n, v) for n, v in readers if n not in wnodes]
+    for node, ver in readers:
+        if node in wnodes:
+            for w, e in writers:
+                if w != node:
+                    add_s(node)
+                    add_d(w)
+                    add_m((RW, key, ver, e, flags))
+    if not plain:
+        return
+    hub = g.hub(hub_name)
+    for node, ver in plain:
+        add_s(node)
+        add_d(hub)
+        add_m((RW, key, ver, None, flags))
+    for w, e in writers:
+        add_s(hub)
+        add_d(w)
+        add_m((HUB, key, None, e, flags))
