@@ -164,11 +164,56 @@ def _cmd_relay(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    """Check a history file for N1/N2/N3 (where it holds what each needs) and Adya."""
+    """Check a history file: toki's JSONL (N1/N2/N3 and Adya) or Jepsen/Elle's EDN or JSON
+    (Elle's verdict for the consistency models asked for). Exit 0 valid, 1 invalid, 3 unknown."""
+    from toki.history import detect_format
+
+    fmt = args.format if args.format != "auto" else detect_format(args.file)
+    models = [m for spec in args.consistency_model or ["strict-serializable"]
+              for m in spec.split(",") if m.strip()]
+    extra = [a for spec in args.anomalies or [] for a in spec.split(",") if a.strip()]
+    options = {
+        "wfr_keys": args.wfr_keys,
+        "sequential_keys": args.sequential_keys,
+        "linearizable_keys": args.linearizable_keys,
+        "search_budget": args.search_budget,
+    }
+    if fmt == "toki":
+        return _check_toki(args, models, extra, options)
+    from toki.check.adya import verdict, workload
+    from toki.check.elle import load
+
+    history = load(args.file, fmt)
+    found = workload(history)
+    if args.workload != "auto" and found not in (args.workload, "empty"):
+        raise InvalidInput(
+            "--workload", f"the history is {found}, not {args.workload}", "drop --workload"
+        )
+    v = verdict(history, models=models, anomalies=extra, **options)
+    if args.json:
+        _print_json({"file": args.file, "format": fmt, "transactions": len(history.txns),
+                     **v.to_json()})
+    else:
+        graphs = " + ".join(["ww/wr/rw", *(n for n, on in (("process", v.process_edges),
+                                                          ("realtime", v.realtime_edges)) if on)])
+        print(f"{args.file}: {fmt}, {v.workload}, {len(history.txns):,} transactions; "
+              f"checked for {', '.join(v.models)} ({graphs})")
+        print(v.render(args.limit))
+    return _exit_code(v.valid)
+
+
+def _exit_code(valid: bool | str) -> int:
+    return 0 if valid is True else 1 if valid is False else 3
+
+
+def _check_toki(
+    args: argparse.Namespace, models: list[str], extra: list[str], options: dict[str, Any]
+) -> int:
     from toki.check.runner import check_history_file
     from toki.history import read_history
 
-    result = check_history_file(read_history(args.file))
+    result = check_history_file(read_history(args.file), models=models, anomalies=extra,
+                                **options)
     if args.json:
         _print_json(result)
     else:
@@ -176,7 +221,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             print(f"{name}: {res}")
         for name, why in result["could_not_run"].items():
             print(f"{name}: could not run: {why}")
-    return 0
+    return _exit_code(result["valid?"])
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -347,8 +392,30 @@ def _build_parser() -> argparse.ArgumentParser:
     rel.add_argument("--quiet", action="store_true")
     rel.set_defaults(handler=_cmd_relay)
 
-    chk = sub.add_parser("check", help="check a history file (JSONL) for anomalies")
+    chk = sub.add_parser(
+        "check",
+        help="check a history (toki JSONL, Jepsen/Elle EDN or JSON) for anomalies",
+        description="Exit status: 0 valid, 1 invalid, 3 unknown (e.g. an empty dependency "
+        "graph), 2 bad input.",
+    )
     chk.add_argument("file")
+    chk.add_argument("--format", default="auto", choices=["auto", "toki", "elle-edn", "elle-json"])
+    chk.add_argument("--workload", default="auto", choices=["auto", "list-append", "rw-register"],
+                     help="refuse a history of another workload (default: detect)")
+    chk.add_argument("--consistency-model", action="append", metavar="MODEL",
+                     help="Elle's model names, repeatable or comma-separated "
+                     "(default strict-serializable)")
+    chk.add_argument("--anomalies", action="append", metavar="TYPES",
+                     help="extra anomaly types that must not occur (Elle's names)")
+    chk.add_argument("--sequential-keys", action="store_true",
+                     help="registers: infer version orders from each process's order")
+    chk.add_argument("--linearizable-keys", action="store_true",
+                     help="registers: infer version orders from real-time order")
+    chk.add_argument("--wfr-keys", action="store_true",
+                     help="registers: a txn's writes follow its reads of the same key")
+    chk.add_argument("--search-budget", type=int, default=2_000_000,
+                     help="edge relaxations per cycle type and component")
+    chk.add_argument("--limit", type=int, default=10, help="anomalies shown per type")
     chk.add_argument("--json", action="store_true")
     chk.set_defaults(handler=_cmd_check)
 

@@ -33,8 +33,10 @@ from toki.errors import HistoryFormatError
 
 __all__ = [
     "FORMAT",
+    "FORMATS",
     "VERSION",
     "HistoryFile",
+    "detect_format",
     "OpRecord",
     "read_history",
     "run_to_records",
@@ -44,6 +46,8 @@ __all__ = [
 
 FORMAT = "toki-history"
 VERSION = 1
+#: The history formats ``toki check`` reads: toki's JSONL, and Jepsen/Elle's EDN and JSON.
+FORMATS = ("toki", "elle-edn", "elle-json")
 OP_KINDS = ("begin", "read", "write", "delete", "commit", "abort", "select")
 
 
@@ -69,6 +73,44 @@ class HistoryFile:
     recoverable: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+def detect_format(path: str | Path) -> str:
+    """Which of ``FORMATS`` a file is in, from its first form (the suffix only breaks ties).
+
+    toki's files start with a JSON header naming ``"format": "toki-history"``; Elle's EDN
+    starts with a map or vector of keyword maps (``{:type …``), a ``#jepsen.history.Op``
+    record or a ``;`` comment; anything else that starts as JSON is read as Elle's JSON.
+    """
+    p = Path(path)
+    try:
+        with p.open(encoding="utf-8") as fh:
+            head = fh.read(4096)
+    except (OSError, UnicodeDecodeError) as e:
+        raise HistoryFormatError(str(p), f"cannot be read: {e}") from e
+    text = head.lstrip()
+    first = text.splitlines()[0] if text else ""
+    if first.startswith("{") and '"format"' in first:
+        try:
+            if json.loads(first).get("format") == FORMAT:
+                return "toki"
+        except ValueError:
+            pass
+    body = text.lstrip("[ \t\r\n")
+    if body.startswith(("{:", "#", ";", "{ :")) or text.startswith(";"):
+        return "elle-edn"
+    if body.startswith(('{"', '{ "', "{}")) or text.startswith("[]"):
+        return "elle-json"
+    suffix = p.suffix.lower()
+    if suffix == ".edn":
+        return "elle-edn"
+    if suffix in (".json", ".jsonl"):
+        return "elle-json"
+    raise HistoryFormatError(
+        str(p),
+        "is neither a toki history, nor an Elle history in EDN or JSON",
+        "see docs/history-format.md, or name the format with --format",
+    )
+
+
 def _err(line: int, problem: str, fix: str = "") -> HistoryFormatError:
     return HistoryFormatError(f"line {line}", problem, fix)
 
@@ -78,7 +120,10 @@ def read_history(path: str | Path) -> HistoryFile:
 
     A file with any problem raises HistoryFormatError listing all of them: a partially valid
     file is never half-checked silently."""
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise HistoryFormatError(str(path), f"cannot be read: {e}") from e
     return parse_history(text.splitlines(keepends=True), source=str(path))
 
 

@@ -1,203 +1,335 @@
-"""Read Jepsen/Elle histories (EDN or JSON) into ``toki.check.adya.History``.
+"""Read Jepsen/Elle histories (EDN or JSON) into ``toki.check.adya.History``, streaming.
 
 Elle's rw-register (``[:r :x 1] [:w :x 2]``) and list-append (``[:append :x 3]
 [:r :x [1 2 3]]``) workloads: one map per operation, an ``:invoke`` followed by its
-completion (``:ok``, ``:fail`` or ``:info``) on the same ``:process``. The completion carries
-the values reads returned. An invocation that never completes is in doubt, like ``:info``.
+completion (``:ok``, ``:fail`` or ``:info``). The completion carries the values reads
+returned. Invocations and completions pair up per ``:process`` in order (first open, first
+completed), so a process may have several operations open, as histories built by Elle's own
+tests do. An operation without ``:process`` (or a completion without an invocation) stands
+alone: it has no process order, and no real-time predecessors. An invocation that never
+completes is in doubt, like ``:info``. Nemesis operations are skipped.
 
-EDN is parsed with the ``edn_format`` package (maintained, on PyPI), JSON with the standard
-library; both shapes elle-cli accepts are read: a file of one map per line, or one vector/array
-of maps. ``edn_format`` is a PLY parser and reads ~3-4k history lines per second here (a
-200k-line Jepsen file takes about a minute); JSON reads ~6x faster, so convert very large
-files to JSON (elle-cli reads both) if reading time matters.
+Both shapes elle-cli accepts are read: one map per line (EDN, JSON lines), or one vector /
+array of maps. Files are read in chunks of lines (``toki.check.edn`` for EDN, the standard
+library for JSON), so a 10^6-transaction history never sits in memory as text.
 
 Every problem is a ``HistoryFormatError`` naming the line (or entry) and what is wrong.
-Transaction ids are the completions' ``:index`` (the invocation's for in-doubt ones), as in
-Elle's own reports; the version order is left to ``adya`` to infer.
+Transaction ids are the completions' ``:index`` (the invocation's for in-doubt ones; the
+position in the file when there is no ``:index``), as in Elle's own reports.
 """
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
-from collections.abc import Hashable, Iterable, Mapping
+from collections import deque
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Final
 
-import edn_format  # type: ignore[import-untyped]
-
-from toki.check.adya import History, Op, OpKind, Txn
+from toki.check.adya.history import History, Op, OpKind, Txn
+from toki.check.edn import MAP, read_forms
 from toki.errors import HistoryFormatError
 
 __all__ = ["history_from_ops", "load", "parse_edn", "parse_json"]
 
-_MOPS: dict[str, OpKind] = {"r": "r", "w": "w", "append": "append"}
-_TYPES = frozenset(("invoke", "ok", "fail", "info"))
+_MOPS: Final[dict[Any, OpKind]] = {"r": "r", "w": "w", "append": "append"}
+_TYPES: Final = frozenset(("invoke", "ok", "fail", "info"))
+_CHUNK: Final = 20_000
+_new = object.__new__
+_set = object.__setattr__
+
+Where = int | str  # a line number, or a description such as "h.json entry 3"
 
 
-def load(path: str | Path) -> History:
-    """Read a history file: ``.edn`` as EDN, ``.json``/``.jsonl`` as JSON, else by content."""
+def load(path: str | Path, fmt: str | None = None) -> History:
+    """Read an Elle history file: ``elle-edn`` or ``elle-json`` (default: detected)."""
+    from toki.history import detect_format
+
     p = Path(path)
+    if fmt is None:
+        fmt = detect_format(p)
+    if fmt not in ("elle-edn", "elle-json"):
+        raise HistoryFormatError(str(p), f"is a {fmt} file, not an Elle history")
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open(encoding="utf-8") as fh:
+            if fmt == "elle-edn":
+                return _build(_edn_entries(fh, str(p)), str(p))
+            return _build(_json_entries(fh, str(p), lambda: p.read_text("utf-8")), str(p))
     except (OSError, UnicodeDecodeError) as e:
         raise HistoryFormatError(str(p), f"cannot be read: {e}") from e
-    suffix = p.suffix.lower()
-    if suffix == ".edn":
-        return parse_edn(text, source=str(p))
-    if suffix in (".json", ".jsonl"):
-        return parse_json(text, source=str(p))
-    try:
-        return parse_json(text, source=str(p))
-    except HistoryFormatError as e:
-        if not e.problem.startswith("invalid JSON"):
-            raise
-    return parse_edn(text, source=str(p))
 
 
 def parse_edn(text: str, *, source: str = "history.edn") -> History:
     """An Elle history in EDN: one op map per line, or one vector of op maps."""
-    try:
-        forms = edn_format.loads_all(text, write_ply_tables=False)
-    except Exception as e:  # edn_format raises EDNDecodeError, and ply may raise others
-        raise _locate_edn_error(text, source, e) from e
-    if len(forms) == 1 and isinstance(forms[0], list | tuple | edn_format.ImmutableList):
-        items = [(f"{source} entry {i + 1}", _plain(x)) for i, x in enumerate(forms[0])]
-    else:
-        lines = [
-            n
-            for n, line in enumerate(text.splitlines(), 1)
-            if line.strip() and not line.lstrip().startswith(";")
-        ]
-        if len(lines) == len(forms):
-            where = [f"{source} line {n}" for n in lines]
-        else:
-            where = [f"{source} entry {i + 1}" for i in range(len(forms))]
-        items = [(w, _plain(x)) for w, x in zip(where, forms, strict=True)]
-    return history_from_ops(items)
+    return _build(_edn_entries(io.StringIO(text), source), source)
 
 
 def parse_json(text: str, *, source: str = "history.json") -> History:
     """An Elle history in JSON: one array of op objects, or one object per line (JSONL)."""
-    if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise HistoryFormatError(f"{source} line {e.lineno}", f"invalid JSON: {e.msg}") from e
-        return history_from_ops((f"{source} entry {i + 1}", x) for i, x in enumerate(data))
-    items: list[tuple[str, Any]] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            items.append((f"{source} line {n}", json.loads(line)))
-        except json.JSONDecodeError as e:
-            raise HistoryFormatError(f"{source} line {n}", f"invalid JSON: {e.msg}") from e
-    return history_from_ops(items)
+    return _build(_json_entries(io.StringIO(text), source, lambda: text), source)
 
 
 def history_from_ops(entries: Iterable[tuple[str, Any]]) -> History:
     """Pair invocations with completions per process and build transactions.
 
     ``entries`` are (location, op map) with plain keys (``type``, ``process``, ``value``,
-    optional ``index`` and ``f``); the location names the entry in error messages. Nemesis
-    operations are skipped.
+    optional ``index`` and ``f``); the location names the entry in error messages.
     """
-    pending: dict[Hashable, tuple[str, Mapping[str, Any], int]] = {}
+    return _build(entries, "")
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _edn_entries(fh: IO[str], source: str) -> Iterator[tuple[Where, Any]]:
+    forms = read_forms(fh, source)
+    first = next(forms, None)
+    if first is None:
+        return
+    line, form = first
+    if type(form) is list and (not form or form[0] != MAP):
+        rest = next(forms, None)
+        if rest is None:  # one vector of op maps
+            for i, x in enumerate(form):
+                yield f"{source} entry {i + 1}", _as_map(x)
+            return
+        forms = itertools.chain([rest], forms)
+    yield line, _as_map(form)
+    for line, form in forms:
+        yield line, _as_map(form)
+
+
+def _as_map(x: Any) -> Any:
+    if type(x) is list and x and x[0] == MAP:
+        return dict(zip(x[1::2], x[2::2], strict=True))
+    return x
+
+
+def _json_entries(
+    fh: IO[str], source: str, whole: Any
+) -> Iterator[tuple[Where, Any]]:
+    """JSON lines, or an array with one op per line, parsed a chunk of lines at a time; an
+    array laid out any other way is parsed whole."""
+    lines = iter(fh)
+    head = list(itertools.islice(lines, _CHUNK))
+    first = next((s for s in (x.strip() for x in head) if s), "")
+    array = first.startswith("[")
+    lineno = 0
+    pending = head
+    entry = 0
+    while pending:
+        nums: list[int] = []
+        parts: list[str] = []
+        for i, raw in enumerate(pending):
+            s = raw.strip()
+            n = lineno + i + 1
+            if array:
+                if not nums and not parts and entry == 0 and s.startswith("["):
+                    s = s[1:].lstrip()
+                if s.endswith("]") and not s.endswith("]]") or s == "]":
+                    s = s[:-1].rstrip()
+            s = s.rstrip(",").rstrip() if array else s
+            if s:
+                nums.append(n)
+                parts.append(s)
+        try:
+            data = json.loads("[" + ",".join(parts) + "]") if parts else []
+        except ValueError:
+            data = None
+        if data is None or len(data) != len(parts):
+            if array:
+                yield from _json_whole(whole(), source)
+                return
+            raise _json_error(parts, nums, source)
+        for n, op in zip(nums, data, strict=True):
+            entry += 1
+            yield (f"{source} entry {entry}" if array else n), op
+        lineno += len(pending)
+        pending = list(itertools.islice(lines, _CHUNK))
+
+
+def _json_whole(text: str, source: str) -> Iterator[tuple[Where, Any]]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise HistoryFormatError(f"{source} line {e.lineno}", f"invalid JSON: {e.msg}") from e
+    if not isinstance(data, list):
+        raise HistoryFormatError(source, "is not an array of operations")
+    for i, op in enumerate(data):
+        yield f"{source} entry {i + 1}", op
+
+
+def _json_error(parts: list[str], nums: list[int], source: str) -> HistoryFormatError:
+    for n, s in zip(nums, parts, strict=True):
+        try:
+            json.loads(s)
+        except json.JSONDecodeError as e:
+            return HistoryFormatError(f"{source} line {n}", f"invalid JSON: {e.msg}")
+    return HistoryFormatError(source, "invalid JSON")
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _where(source: str, w: Where) -> str:
+    return f"{source} line {w}" if isinstance(w, int) else w
+
+
+def _build(entries: Iterable[tuple[Where, Any]], source: str) -> History:
+    """Pair invocations with completions (per process, first in first out) into txns."""
+    pending: dict[Hashable, deque[tuple[Where, Any, int]]] = {}
     txns: list[Txn] = []
-    used: dict[int, str] = {}
+    used: dict[int, Where] = {}
+    append = txns.append
     for pos, (where, op) in enumerate(entries):
-        if not isinstance(op, Mapping):
-            raise HistoryFormatError(where, f"is a {type(op).__name__}, not an operation map")
-        process = op.get("process")
-        if process == "nemesis":
-            continue
-        typ = _name(op.get("type"))
-        if typ not in _TYPES:
-            raise HistoryFormatError(
-                where, f"type {op.get('type')!r} is not one of invoke, ok, fail, info"
-            )
-        if not isinstance(process, Hashable) or process is None:
-            raise HistoryFormatError(where, "has no :process", "every operation names its process")
-        f = _name(op.get("f") or "txn")
-        if f != "txn":
-            raise HistoryFormatError(
-                where, f"function {f!r} is not :txn", "only transactional histories are read"
-            )
-        index = op.get("index", pos)
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise HistoryFormatError(where, f":index {index!r} is not an integer")
-        if typ == "invoke":
-            if process in pending:
+        if type(op) is not dict:
+            if not isinstance(op, Mapping):
                 raise HistoryFormatError(
-                    where,
-                    f"process {process!r} invoked again before its operation at "
-                    f"{pending[process][0]} completed",
+                    _where(source, where), f"is a {type(op).__name__}, not an operation map"
                 )
-            pending[process] = (where, op, index)
+            op = dict(op)
+        process = op.get("process")
+        if process == "nemesis" or process == ":nemesis":
             continue
-        inv = pending.pop(process, None)
+        typ = op.get("type")
+        if typ not in _TYPES:
+            typ = _name(typ)
+            if typ not in _TYPES:
+                raise HistoryFormatError(
+                    _where(source, where),
+                    f"type {op.get('type')!r} is not one of invoke, ok, fail, info",
+                )
+        f = op.get("f")
+        if f is not None and f != "txn" and _name(f) != "txn":
+            raise HistoryFormatError(
+                _where(source, where),
+                f"function {f!r} is not :txn",
+                "only transactional histories are read",
+            )
+        if isinstance(process, list):
+            process = tuple(process)
+        elif not isinstance(process, Hashable):
+            raise HistoryFormatError(_where(source, where), f":process {process!r} is not a value")
+        index = op.get("index", pos)
+        if type(index) is not int:
+            raise HistoryFormatError(_where(source, where), f":index {index!r} is not an integer")
+        if typ == "invoke":
+            if process is None:
+                continue  # nothing pairs with it; its completion stands alone
+            q = pending.get(process)
+            if q is None:
+                q = pending[process] = deque()
+            q.append((where, op, index))
+            continue
+        q = pending.get(process) if process is not None else None
+        inv = q.popleft() if q else None
         value = op.get("value")
         if value is None and inv is not None:
             value = inv[1].get("value")
-        txns.append(_txn(where, index, process, typ, value, inv[2] if inv else None, used))
-    for where, op, index in pending.values():  # never completed: in doubt
-        txns.append(_txn(where, index, op.get("process"), "info", op.get("value"), index, used))
+        append(
+            _txn(source, where, index, process, typ, value, inv[2] if inv else None, used)
+        )
+    for q in pending.values():  # never completed: in doubt
+        for where, op, index in q:
+            append(
+                _txn(source, where, index, op.get("process"), "info", op.get("value"), index, used)
+            )
     return History(tuple(txns))
 
 
 def _txn(
-    where: str,
+    source: str,
+    where: Where,
     index: int,
     process: Hashable,
     status: str,
     value: Any,
     start: int | None,
-    used: dict[int, str],
+    used: dict[int, Where],
 ) -> Txn:
     if index in used:
-        raise HistoryFormatError(where, f":index {index} was already used at {used[index]}")
+        raise HistoryFormatError(
+            _where(source, where),
+            f":index {index} was already used at {_where(source, used[index])}",
+        )
     used[index] = where
     if not isinstance(value, list | tuple):
         raise HistoryFormatError(
-            where, f"value {value!r} is not a transaction", "expected a vector of micro-ops"
+            _where(source, where),
+            f"value {value!r} is not a transaction",
+            "expected a vector of micro-ops",
         )
-    ops = tuple(_mop(where, m) for m in value)
+    ops = tuple([_mop(source, where, m) for m in value])
     end = index if status != "info" else None
-    if status == "ok":
-        return Txn(index, process, ops, "ok", start, end)
-    if status == "fail":
-        return Txn(index, process, ops, "fail", start, end)
-    return Txn(index, process, ops, "info", start, end)
+    t = _new(Txn)
+    _set(t, "id", index)
+    _set(t, "process", process)
+    _set(t, "ops", ops)
+    _set(t, "status", status)
+    _set(t, "start_index", start)
+    _set(t, "end_index", end)
+    return t
 
 
-def _mop(where: str, m: Any) -> Op:
-    """One micro-op [f k v] with f in r, w, append."""
-    if not isinstance(m, list | tuple) or len(m) != 3:
-        raise HistoryFormatError(
-            where, f"micro-op {m!r} is not [f key value]", "e.g. [:r :x 1] or [:append :x 3]"
-        )
-    f = _MOPS.get(_name(m[0]) or "")
+def _mop(source: str, where: Where, m: Any) -> Op:
+    """One micro-op [f k v] with f in r, w, append (validated here, so built unchecked)."""
+    if type(m) is not list or len(m) != 3:
+        if not isinstance(m, list | tuple) or len(m) not in (2, 3):
+            raise HistoryFormatError(
+                _where(source, where),
+                f"micro-op {m!r} is not [f key value]",
+                "e.g. [:r :x 1] or [:append :x 3]",
+            )
+        m = [*m, None] if len(m) == 2 else list(m)
+    f = _MOPS.get(m[0]) or _MOPS.get(_name(m[0]) or "")
     if f is None:
         raise HistoryFormatError(
-            where, f"micro-op {m!r} has unknown function {m[0]!r}", "use :r, :w or :append"
+            _where(source, where),
+            f"micro-op {m!r} has unknown function {m[0]!r}",
+            "use :r, :w or :append",
         )
     key = m[1]
-    if isinstance(key, bool) or not isinstance(key, str | int):
-        raise HistoryFormatError(where, f"micro-op {m!r}: key {key!r} is not a string or integer")
+    tk = type(key)
+    if tk is not int and tk is not str:
+        if isinstance(key, bool) or not isinstance(key, str | int | list):
+            raise HistoryFormatError(
+                _where(source, where), f"micro-op {m!r}: key {key!r} is not a string or integer"
+            )
+        key = _freeze(key)
     value = m[2]
-    if isinstance(value, list):
+    tv = type(value)
+    if tv is list:
         if f != "r":
-            raise HistoryFormatError(where, f"micro-op {m!r} writes a list; write one value")
+            raise HistoryFormatError(
+                _where(source, where), f"micro-op {m!r} writes a list; write one value"
+            )
         value = tuple(value)
-    if f == "r" and isinstance(value, tuple):
         for e in value:
-            if not isinstance(e, Hashable) or isinstance(e, list | dict):
-                raise HistoryFormatError(where, f"micro-op {m!r}: element {e!r} is not a value")
-    elif not isinstance(value, Hashable) or isinstance(value, dict):
-        raise HistoryFormatError(where, f"micro-op {m!r}: {value!r} is not a value")
+            if type(e) is not int and (isinstance(e, list | dict) or not isinstance(e, Hashable)):
+                raise HistoryFormatError(
+                    _where(source, where), f"micro-op {m!r}: element {e!r} is not a value"
+                )
+    elif tv is not int and tv is not str and value is not None:
+        if isinstance(value, dict) or not isinstance(value, Hashable):
+            raise HistoryFormatError(
+                _where(source, where), f"micro-op {m!r}: {value!r} is not a value"
+            )
     if f != "r" and value is None:
-        raise HistoryFormatError(where, f"micro-op {m!r} writes nil", "write a unique value")
-    return Op(f, key, value)
+        raise HistoryFormatError(
+            _where(source, where), f"micro-op {m!r} writes nil", "write a unique value"
+        )
+    op = _new(Op)
+    _set(op, "kind", f)
+    _set(op, "key", key)
+    _set(op, "value", value)
+    return op
+
+
+def _freeze(key: Any) -> Any:
+    """A composite key (Elle allows vectors such as [:anti 3]) as a string naming it."""
+    return json.dumps(key, separators=(",", ":"))
 
 
 def _name(x: Any) -> str | None:
@@ -205,36 +337,3 @@ def _name(x: Any) -> str | None:
     if isinstance(x, str):
         return x[1:] if x.startswith(":") else x
     return None
-
-
-def _plain(x: Any) -> Any:
-    """EDN data as plain Python: keywords and symbols become strings, vectors lists."""
-    if isinstance(x, edn_format.Keyword | edn_format.Symbol):
-        return str(x.name)
-    if isinstance(x, Mapping):
-        return {_plain(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple | edn_format.ImmutableList):
-        return [_plain(v) for v in x]
-    return x
-
-
-def _locate_edn_error(text: str, source: str, err: Exception) -> HistoryFormatError:
-    """Re-parse line by line to name the first line that is not valid EDN on its own."""
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.lstrip().startswith(";"):
-            continue
-        try:
-            edn_format.loads_all(line, write_ply_tables=False)
-        except Exception as e:
-            return HistoryFormatError(f"{source} line {n}", f"invalid EDN: {_edn_msg(e)}")
-    return HistoryFormatError(source, f"invalid EDN: {_edn_msg(err)}")
-
-
-def _edn_msg(e: Exception) -> str:
-    msg = str(e)
-    if msg == "EOF Reached":
-        return "unexpected end of input (an unclosed [ { or string)"
-    if msg.startswith("LexToken("):
-        tok = msg[len("LexToken(") :].split(",")
-        return f"unexpected {tok[1] if len(tok) > 1 else msg}"
-    return msg or type(e).__name__

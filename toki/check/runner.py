@@ -181,19 +181,30 @@ def _keep(
     )
 
 
-def check_history_file(history: HistoryFile) -> dict[str, Any]:
-    """What `toki check FILE` reports: each check's result, or why it could not run."""
+def check_history_file(
+    history: HistoryFile,
+    *,
+    models: Sequence[str] = ("strict-serializable",),
+    anomalies: Sequence[str] = (),
+    **options: Any,
+) -> dict[str, Any]:
+    """What `toki check FILE` reports: each check's result, or why it could not run, and
+    ``valid?`` (False when any check found an anomaly; the Adya part is judged against
+    ``models`` as Elle would)."""
     from toki.systems.registry import SYSTEMS, get_system
 
     out: dict[str, Any] = {"checks": {}, "could_not_run": {}}
-    anomalies = adya.check(to_adya(history)) if history.ops else []
     if history.ops:
+        v = adya.verdict(to_adya(history), models=models, anomalies=anomalies, **options)
+        found = [a for t in v.anomaly_types for a in v.anomalies[t]]
         out["checks"]["adya"] = {
-            "found": sorted({a.name for a in anomalies}),
-            "explanations": [a.explain() for a in anomalies[:10]],
+            "valid?": v.valid,
+            "found": v.anomaly_types,
+            "explanations": [a.explain() for a in found[:10]],
         }
     else:
         out["could_not_run"]["adya"] = "the file has no op records"
+    out["valid?"] = _valid(out)
     header = history.header
     name = header.get("system")
     if name in SYSTEMS and header.get("workload") and header.get("schedule") is not None:
@@ -214,6 +225,7 @@ def check_history_file(history: HistoryFile) -> dict[str, Any]:
             )
             _, verdict = replay_witness(w, system)
             out["checks"][anomaly] = verdict.to_json()
+        out["valid?"] = _valid(out)
         return out
     if history.final is not None and history.recovered is not None:
         keys = sorted(set(history.final) | set(history.recovered))
@@ -237,4 +249,14 @@ def check_history_file(history: HistoryFile) -> dict[str, Any]:
         out["checks"]["N3"] = {"found": bool(erased), "erased": [list(e) for e in erased]}
     else:
         out["could_not_run"]["N3"] = "needs 'belief' records and 'recoverable' records"
+    out["valid?"] = _valid(out)
     return out
+
+
+def _valid(out: dict[str, Any]) -> bool | str:
+    """False when any check found an anomaly, else the Adya verdict (True or "unknown")."""
+    checks = out["checks"]
+    if any(c.get("found") is True for c in checks.values()):
+        return False
+    adya_part = checks.get("adya")
+    return True if adya_part is None else adya_part["valid?"]

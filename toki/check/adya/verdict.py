@@ -84,7 +84,10 @@ class Verdict:
                 for i, a in enumerate(found[:limit]):
                     lines.append("")
                     lines.append(f"{t} #{i}")
-                    lines.append(a.explain())
+                    text = a.explain()
+                    if text.startswith(a.name):  # toki's name → Elle's, e.g. G-single-item
+                        text = t + text[len(a.name) :]
+                    lines.append(text)
                 if len(found) > limit:
                     lines.append(f"… and {len(found) - limit} more {t}")
         return "\n".join(lines)

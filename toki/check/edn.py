@@ -1,0 +1,191 @@
+"""A streaming reader for the EDN that Jepsen writes: one operation map per line.
+
+``edn_format`` (maintained, on PyPI) parses all of EDN but is a PLY parser: ~3k history lines
+per second, 10+ minutes for a 10^6-transaction history. Jepsen's histories use a small
+subset (maps, vectors, keywords, integers, nil, booleans, short strings), so a chunk of lines
+is rewritten with C-speed string operations into JSON and parsed by the standard library:
+
+- commas are whitespace in EDN: every run of whitespace becomes one JSON comma;
+- a map ``{k v …}`` becomes ``["\\x01", k, v, …]`` (the marker says it was a map);
+- keywords ``:ok`` become strings ``"ok"`` (the colon dropped), ``nil`` becomes ``null``,
+  sets and lists become arrays, and ``#jepsen.history.Op{…}`` records become maps.
+
+Anything outside that subset in a chunk (a character literal, a tagged literal, a bigint, a
+string holding brackets, a form split oddly) makes the chunk fail the fast path, and that
+chunk is parsed by ``edn_format`` instead: the fast path is an optimisation, never a
+different reading (a property test compares the two).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+import edn_format  # type: ignore[import-untyped]
+
+from toki.errors import HistoryFormatError
+
+__all__ = ["MAP", "parse_chunk", "read_forms"]
+
+MAP: Final = "\x01"  # first element of an array that was a map
+_OPEN_MAP: Final = '["\\u0001",'
+_KEYWORD: Final = re.compile(r':([^,\[\]{}()"\s]+)')
+_STRING: Final = re.compile(r'("(?:[^"\\]|\\.)*")', re.S)
+_PLACEHOLDER: Final = re.compile("\x02([0-9]+)\x03")
+_FREQUENT: Final = tuple(
+    [(f":{k},", f'"{k}",') for k in ("type", "f", "value", "time", "process", "index")]
+    + [(f"[:{k},", f'["{k}",') for k in ("append", "r", "w")]
+    + [
+        (f":{k}{d}", f'"{k}"{d}')
+        for k in ("invoke", "ok", "fail", "info", "txn", "nemesis")
+        for d in (",", "]")
+    ]
+)
+_CHUNK_LINES: Final = 20_000
+
+
+def _tokens(part: str) -> list[str]:
+    return part.replace(",", " ").split()
+
+
+def _fast(text: str) -> list[Any] | None:
+    """The forms of ``text`` through the JSON rewrite, or None when it is outside the subset."""
+    if "\\" in text or ";" in text:
+        return None
+    if "#" in text:
+        text = text.replace("#jepsen.history.Op{", "{").replace("#{", "(")
+        if "#" in text:
+            return None
+    strings: list[str] = []
+    if '"' in text:
+        # strings are set aside (a placeholder token each) so no rewrite touches them
+        parts = _STRING.split(text)
+        for i in range(1, len(parts), 2):
+            if "\n" in parts[i]:
+                return None
+            strings.append(parts[i])
+            parts[i] = f" \x02{len(strings) - 1}\x03 "
+        text = "".join(parts)
+        if '"' in text:
+            return None
+    s = ",".join(_tokens(text))
+    s = (
+        s.replace("{", _OPEN_MAP)
+        .replace("}", "]")
+        .replace("(", "[")
+        .replace(")", "]")
+        .replace("[,", "[")
+        .replace(",]", "]")
+    )
+    for _ in range(2):  # ",nil,nil," needs two passes
+        s = s.replace(",nil,", ",null,").replace(",nil]", ",null]")
+    s = s.replace("[nil,", "[null,").replace("[nil]", "[null]")
+    if s.startswith("nil,") or s == "nil":
+        s = "null" + s[3:]
+    if s.endswith(",nil"):
+        s = s[:-3] + "null"
+    for a, b in _FREQUENT:
+        s = s.replace(a, b)
+    if ":" in s:
+        s = _KEYWORD.sub(r'"\1"', s)
+    if strings:
+        s = _PLACEHOLDER.sub(lambda m: strings[int(m.group(1))], s)
+    try:
+        out = json.loads("[" + s + "]")
+    except ValueError:
+        return None
+    return out if isinstance(out, list) else None
+
+
+def _plain(x: Any) -> Any:
+    """``edn_format`` data in the fast path's shape: keywords as names, maps as marked arrays."""
+    if isinstance(x, edn_format.Keyword | edn_format.Symbol):
+        return str(x.name)
+    if isinstance(x, dict) or hasattr(x, "items"):
+        out: list[Any] = [MAP]
+        for k, v in x.items():
+            out += (_plain(k), _plain(v))
+        return out
+    if isinstance(x, list | tuple | set | frozenset | edn_format.ImmutableList):
+        return [_plain(v) for v in x]
+    return x
+
+
+edn_format.add_tag("jepsen.history.Op", lambda m: m)
+
+
+def _slow(text: str) -> list[Any]:
+    return [_plain(f) for f in edn_format.loads_all(text, write_ply_tables=False)]
+
+
+def parse_chunk(text: str) -> list[Any]:
+    """Every top-level form in ``text``; raises ``ValueError``-like errors from edn_format."""
+    fast = _fast(text)
+    return fast if fast is not None else _slow(text)
+
+
+def _balanced(text: str) -> bool:
+    opens = text.count("[") + text.count("{") + text.count("(")
+    return opens == text.count("]") + text.count("}") + text.count(")")
+
+
+def read_forms(lines: Iterable[str], source: str) -> Iterator[tuple[int, Any]]:
+    """(line number, form) for each top-level form, reading ``_CHUNK_LINES`` lines at a time.
+
+    A form must start on its own line (Jepsen writes one per line; a pretty-printed form may
+    span lines). Errors name the first line that is not valid EDN.
+    """
+    it = iter(lines)
+    lineno = 0
+    pending: list[str] = []
+    while True:
+        block = list(itertools.islice(it, _CHUNK_LINES))
+        if not block and not pending:
+            return
+        pending += block
+        # whole-line comments become blank lines (line numbers stay right)
+        text = "".join("\n" if line.lstrip().startswith(";") else line for line in pending)
+        if block and not _balanced(text):
+            continue  # a form continues past this chunk
+        starts = [lineno + i + 1 for i, line in enumerate(pending) if _starts_form(line)]
+        try:
+            forms = parse_chunk(text)
+        except Exception as e:  # edn_format raises EDNDecodeError, and ply may raise others
+            raise _locate(pending, lineno, source, e) from e
+        if len(starts) != len(forms):
+            starts = [lineno + 1] * len(forms)
+        yield from zip(starts, forms, strict=True)
+        lineno += len(pending)
+        pending = []
+        if not block:
+            return
+
+
+def _starts_form(line: str) -> bool:
+    s = line.lstrip()
+    return bool(s) and s[0] in "{[(#"
+
+
+def _locate(lines: list[str], offset: int, source: str, err: Exception) -> HistoryFormatError:
+    """Re-parse line by line to name the first line that is not valid EDN on its own."""
+    for n, line in enumerate(lines, offset + 1):
+        if not line.strip() or line.lstrip().startswith(";"):
+            continue
+        try:
+            edn_format.loads_all(line, write_ply_tables=False)
+        except Exception as e:
+            return HistoryFormatError(f"{source} line {n}", f"invalid EDN: {_edn_msg(e)}")
+    return HistoryFormatError(source, f"invalid EDN: {_edn_msg(err)}")
+
+
+def _edn_msg(e: Exception) -> str:
+    msg = str(e)
+    if msg == "EOF Reached":
+        return "unexpected end of input (an unclosed [ { or string)"
+    if msg.startswith("LexToken("):
+        tok = msg[len("LexToken(") :].split(",")
+        return f"unexpected {tok[1] if len(tok) > 1 else msg}"
+    return msg or type(e).__name__
