@@ -229,6 +229,13 @@ def order_edges(
                             "of it",
                         )
                     )
+                    # it still saw its last element's writer (as in Elle); where it sits in
+                    # the version order is unknown, so no rw edge
+                    wn = writer.get(k, {}).get(ver, -1)
+                    if wn >= 0 and wn != node:
+                        add_s(wn)
+                        add_d(node)
+                        add_m((WR, k, ver, ver, LIST))
                     continue
         else:
             ver = v
@@ -244,6 +251,10 @@ def order_edges(
             wn = None if wd is None else wd.get(ver)
             if wn is None:
                 _bad_read(k, ver, v, is_list, ids[node], failed, anomalies)
+                if ko is None and (k, ver) not in failed:
+                    # a version from before the history, perhaps: its readers still
+                    # anti-depend on the versions inferred to follow it
+                    reg_readers.setdefault((k, ver), []).append(node)
                 continue
             if wn != node:
                 add_s(wn)
@@ -309,7 +320,7 @@ def _bad_read(
                 (),
                 (reader,),
                 f"{tname(reader)} read {kname(k)}={render_read(v, is_list)}, "
-                "which no transaction wrote",
+                "which no transaction in the history wrote (garbage, or data from before it)",
             )
         )
 

@@ -48,6 +48,7 @@ class Verdict:
     process_edges: bool
     realtime_edges: bool
     options: dict[str, bool] = field(default_factory=dict)
+    notes: dict[str, list[Anomaly]] = field(default_factory=dict)  # found, not reportable
 
     @property
     def anomaly_types(self) -> list[str]:
@@ -67,6 +68,8 @@ class Verdict:
         out["graphs"] = [n for n, on in (("process", self.process_edges),
                                          ("realtime", self.realtime_edges)) if on]
         out["options"] = self.options
+        if self.notes:
+            out["notes"] = {t: [a.to_json() for a in v] for t, v in sorted(self.notes.items())}
         return out
 
     def render(self, limit: int = 10) -> str:
@@ -90,6 +93,12 @@ class Verdict:
                     lines.append(text)
                 if len(found) > limit:
                     lines.append(f"… and {len(found) - limit} more {t}")
+        if self.notes:
+            counts = ", ".join(f"{t} ×{len(v)}" for t, v in sorted(self.notes.items()))
+            lines.append("")
+            lines.append(f"also found, not ruled out by these models: {counts}")
+            for t, v in sorted(self.notes.items()):
+                lines += ["  " + a.explain() for a in v[:limit]]
         return "\n".join(lines)
 
 
@@ -149,6 +158,8 @@ def verdict(
         if t in reportable
         and not (t.endswith("-cycle-exists") and canonical(t[: -len("-cycle-exists")]) in ruled_out)
     }
+    notes = {t: v for t, v in found.items() if t not in shown and v
+             and not t.endswith("-cycle-exists")}
     valid: Valid
     if not shown:
         valid = True
@@ -170,4 +181,5 @@ def verdict(
             "sequential-keys": sequential_keys,
             "linearizable-keys": linearizable_keys,
         },
+        notes,
     )
