@@ -157,7 +157,13 @@ def test_internal_garbage_and_incompatible_order() -> None:
     bad = check(History((T(0, ("w", "x", 2)), T(1, ("w", "x", 1), ("r", "x", 2)))))
     assert names(bad) == ["internal"]
     assert check(History((T(1, ("r", "x", 99)),))) == [
-        Anomaly("garbage-read", (), (1,), "T1 read x=99, which no transaction wrote")
+        Anomaly(
+            "garbage-read",
+            (),
+            (1,),
+            "T1 read x=99, which no transaction in the history wrote (garbage, or data from "
+            "before it)",
+        )
     ]
     forked = History(
         (
@@ -361,7 +367,11 @@ def test_inferred_list_orders_never_invent_anomalies(n: int, seed: int, kind: in
     h, planted = generate(n, seed=seed, keys=6, plant=PLANTS[kind], workload="append")
     assert planted is not None
     found = names(check(h))
-    assert set(found) <= set(EXPECTED[planted])
+    # a reader that also appended an unread element anti-depends on the other unread
+    # appenders: that rw edge may in truth be a ww one, so a lost update's G-single can be
+    # named by the weaker class G2-item it implies (Elle names it so too)
+    allowed = set(EXPECTED[planted]) | ({"G2-item"} if planted == "lost-update" else set())
+    assert set(found) <= allowed
     if planted in ("lost-update", "G1c"):  # their evidence is in the reads themselves
         assert EXPECTED[planted][0] in found
 
@@ -415,7 +425,7 @@ def _random_history(rng: random.Random, ntx: int, nkeys: int) -> History:
     return History(tuple(out), orders)
 
 
-def _cycle_class(labels: list[str]) -> str:
+def _cycle_class(labels: list[str] | tuple[str, ...]) -> str:
     rw = labels.count("rw")
     if rw == 1:
         return "G-single"
@@ -425,37 +435,54 @@ def _cycle_class(labels: list[str]) -> str:
     return "G1c" if "wr" in labels else "G0"
 
 
+# a class found in a component makes the search skip the classes it implies (Elle's order)
+IMPLIED_BY_FOUND = {
+    "G0": {"G1c"},
+    "G-single": {"G-nonadjacent", "G2-item"},
+    "G-nonadjacent": {"G2-item"},
+}
+
+
 @settings(max_examples=500, derandomize=True)
 @given(seed=st.integers(0, 10**6), ntx=st.integers(2, 7), nkeys=st.integers(1, 4))
 def test_cycles_match_brute_force_on_small_histories(seed: int, ntx: int, nkeys: int) -> None:
-    """Against nx.simple_cycles on tiny graphs (fine at 7 nodes; the checker never uses it)."""
+    """Against nx.simple_cycles on tiny graphs (fine at 7 nodes; the checker never uses it).
+
+    Two transactions may be linked by several relations; a cycle may take any of them at each
+    step, so every labelling of every simple cycle is tried. Per component, a class is
+    reported iff some labelled cycle has it and no class found before it implies it, and the
+    report is the shortest such cycle."""
     h = _random_history(random.Random(seed), ntx, nkeys)
     found = check(h)
     g = dependency_graph(h)
-    best: dict[tuple[Any, Any], str] = {}
-    rank = {"ww": 0, "wr": 1, "rw": 2}
+    labels: dict[tuple[Any, Any], set[str]] = {}
     for u, v, rel in g.edges(data="rel"):
-        if (u, v) not in best or rank[rel] < rank[best[(u, v)]]:
-            best[(u, v)] = rel
-    simple = nx.DiGraph(list(best))
-    shortest: dict[str, int] = {}
+        labels.setdefault((u, v), set()).add(rel)
+    simple = nx.DiGraph(list(labels))
+    comp = {x: i for i, c in enumerate(nx.strongly_connected_components(simple)) for x in c}
+    shortest: dict[tuple[int, str], int] = {}
     for cyc in nx.simple_cycles(simple):
-        labels = [best[(cyc[i], cyc[(i + 1) % len(cyc)])] for i in range(len(cyc))]
-        cls = _cycle_class(labels)
-        shortest[cls] = min(shortest.get(cls, 99), len(cyc))
-    reported = {a.name: a for a in found if a.cycle}
-    for a in reported.values():  # every reported cycle is real and correctly named
+        steps = [(cyc[i], cyc[(i + 1) % len(cyc)]) for i in range(len(cyc))]
+        for choice in itertools.product(*(sorted(labels[s]) for s in steps)):
+            key = (comp[cyc[0]], _cycle_class(choice))
+            shortest[key] = min(shortest.get(key, 99), len(cyc))
+    for a in found:  # every reported cycle is real and correctly named
+        if not a.cycle:
+            continue
         steps = [(e.src, e.dst, e.rel) for e in a.cycle]
-        assert all(best[(u, v)] == rel for u, v, rel in steps)
+        assert all(rel in labels[(u, v)] for u, v, rel in steps)
         assert [s[1] for s in steps] == [s[0] for s in steps[1:]] + [steps[0][0]]
         assert _cycle_class([rel for _, _, rel in steps]) == a.name
-    # per class: reported iff some cycle has it, and the shortest report is the shortest cycle
-    for cls in ("G0", "G1c", "G-single", "G-nonadjacent", "G2-item"):
-        lengths = [len(a.cycle) for a in found if a.name == cls]
-        if cls in shortest:
-            assert lengths and min(lengths) == shortest[cls]
-        else:
-            assert not lengths
+    for c in set(comp.values()):
+        classes = {cls for (ci, cls) in shortest if ci == c}
+        skipped = set().union(*(IMPLIED_BY_FOUND.get(cls, set()) for cls in classes))
+        for cls in ("G0", "G1c", "G-single", "G-nonadjacent", "G2-item"):
+            lengths = [len(a.cycle) for a in found
+                       if a.name == cls and a.cycle and comp[a.cycle[0].src] == c]
+            if cls in classes and cls not in skipped:
+                assert lengths and min(lengths) == shortest[(c, cls)], (cls, lengths)
+            else:
+                assert not lengths, (cls, lengths)
 
 
 def test_many_readers_of_many_unread_appends_stay_linear_and_exact() -> None:
