@@ -260,7 +260,7 @@ def parse_models(names: Iterable[str]) -> list[str]:
     out = []
     for n in names:
         n = n.strip().lstrip(":")
-        if not n:
+        if not n or n == "none":  # `--consistency-model none`: only explicit anomalies count
             continue
         if n not in MODEL_NAMES:
             known = ", ".join(sorted(FRIENDLY.get(m, m) for m in MODEL_NAMES if "-" in m))
