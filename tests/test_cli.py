@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -63,3 +64,80 @@ def test_relay_exit_code_and_bad_input(capsys: pytest.CaptureFixture[str]) -> No
     capsys.readouterr()
     assert main(["relay", "--rows", "4"]) == 2
     assert "use 1 to 3" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- toki check (Elle)
+
+STRONG_SI = """{:process 0, :index 0, :type :invoke, :value [[:append :x 1]]}
+{:process 0, :index 1, :type :ok, :value [[:append :x 1]]}
+{:process 1, :index 2, :type :invoke, :value [[:append :x 2]]}
+{:process 1, :index 3, :type :ok, :value [[:append :x 2]]}
+{:process 2, :index 4, :type :invoke, :value [[:r :x nil]]}
+{:process 2, :index 5, :type :ok, :value [[:r :x [1]]]}
+"""
+
+
+def test_check_reads_elle_edn_and_json_and_exits_by_verdict(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    edn = Path(tmp_path) / "h.edn"
+    edn.write_text(STRONG_SI)
+    assert main(["check", str(edn)]) == 1
+    out = capsys.readouterr().out
+    assert "elle-edn, list-append, 3 transactions" in out
+    assert "valid? false" in out and "G-single-item-realtime #0" in out
+    assert "T3 completed (index 3) before T5 began (index 4) → realtime" in out
+    assert main(["check", str(edn), "--consistency-model", "serializable"]) == 0
+    assert "valid? true" in capsys.readouterr().out
+    js = Path(tmp_path) / "h.txt"  # no telling suffix: detected from the content
+    js.write_text('[{"index":0,"process":0,"type":"invoke","value":[["r","x",null]]},\n'
+                  ' {"index":1,"process":0,"type":"ok","value":[["r","x",[]]]}]\n')
+    assert main(["check", str(js), "--json"]) == 3  # empty graph: unknown
+    report = json.loads(capsys.readouterr().out)
+    assert report["format"] == "elle-json" and report["valid?"] == "unknown"
+    assert report["anomaly-types"] == ["empty-transaction-graph"]
+    assert main(["check", str(js), "--workload", "list-append", "--format", "elle-json"]) == 3
+
+
+def test_check_options_reach_the_register_inference(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    h = Path(tmp_path) / "wfr.edn"
+    h.write_text("{:index 0 :process 0 :type :ok :value [[:r :y 1] [:w :x 1] [:w :y 2]]}\n"
+                 "{:index 1 :process 0 :type :ok :value [[:r :x 1] [:r :y 1]]}\n")
+    assert main(["check", str(h), "--consistency-model", "serializable"]) == 0
+    capsys.readouterr()
+    assert main(["check", str(h), "--consistency-model", "serializable", "--wfr-keys",
+                 "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["anomaly-types"] == ["G-single-item"]
+    assert report["options"]["wfr-keys"] is True
+    assert "garbage-read" in report["notes"]
+
+
+@pytest.mark.parametrize(
+    ("text", "args", "message"),
+    [
+        ("{:type :ok :process 0 :value [[:r :x [1 2]]}\n", [], "h.edn line 1: invalid EDN"),
+        ("{:type :ok :process 0 :value [[:w :x 1]]}\n", ["--consistency-model", "nope"],
+         "unknown model 'nope'"),
+        ("{:type :ok :process 0 :value [[:w :x 1]]}\n", ["--workload", "list-append"],
+         "the history is rw-register"),
+    ],
+)
+def test_check_bad_input_is_one_line_and_exit_2(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], text: str, args: list[str], message: str
+) -> None:
+    from pathlib import Path
+
+    h = Path(tmp_path) / "h.edn"
+    h.write_text(text)
+    assert main(["check", str(h), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("toki check: error:") and message in err and "\n" not in err
+    assert main(["check", str(Path(tmp_path) / "missing.edn")]) == 2
+    assert "cannot be read" in capsys.readouterr().err

@@ -156,12 +156,27 @@ def read_forms(lines: Iterable[str], source: str) -> Iterator[tuple[int, Any]]:
         except Exception as e:  # edn_format raises EDNDecodeError, and ply may raise others
             raise _locate(pending, lineno, source, e) from e
         if len(starts) != len(forms):
-            starts = [lineno + 1] * len(forms)
+            starts = _form_starts(pending, lineno)
+            if len(starts) != len(forms):
+                starts = [lineno + 1] * len(forms)
         yield from zip(starts, forms, strict=True)
         lineno += len(pending)
         pending = []
         if not block:
             return
+
+
+def _form_starts(lines: list[str], offset: int) -> list[int]:
+    """Line numbers where a top-level form begins (brackets balanced before it)."""
+    out = []
+    depth = 0
+    for i, line in enumerate(lines):
+        if depth == 0 and _starts_form(line):
+            out.append(offset + i + 1)
+        if not line.lstrip().startswith(";"):
+            depth += line.count("[") + line.count("{") + line.count("(")
+            depth -= line.count("]") + line.count("}") + line.count(")")
+    return out
 
 
 def _starts_form(line: str) -> bool:

@@ -128,7 +128,7 @@ def _json_entries(
             if array:
                 if not nums and not parts and entry == 0 and s.startswith("["):
                     s = s[1:].lstrip()
-                if s.endswith("]") and not s.endswith("]]") or s == "]":
+                if (s.endswith("]") and not s.endswith("]]")) or s == "]":
                     s = s[:-1].rstrip()
             s = s.rstrip(",").rstrip() if array else s
             if s:
@@ -311,11 +311,13 @@ def _mop(source: str, where: Where, m: Any) -> Op:
                 raise HistoryFormatError(
                     _where(source, where), f"micro-op {m!r}: element {e!r} is not a value"
                 )
-    elif tv is not int and tv is not str and value is not None:
-        if isinstance(value, dict) or not isinstance(value, Hashable):
-            raise HistoryFormatError(
-                _where(source, where), f"micro-op {m!r}: {value!r} is not a value"
-            )
+    elif (
+        tv is not int
+        and tv is not str
+        and value is not None
+        and (isinstance(value, dict) or not isinstance(value, Hashable))
+    ):
+        raise HistoryFormatError(_where(source, where), f"micro-op {m!r}: {value!r} is not a value")
     if f != "r" and value is None:
         raise HistoryFormatError(
             _where(source, where), f"micro-op {m!r} writes nil", "write a unique value"

@@ -292,7 +292,9 @@ _EXISTS_REALTIME: Final = (
 )
 
 
-def _cycle_exists(scc: list[int], adj: Adj, process: bool, realtime: bool, g: Graph) -> list[Anomaly]:
+def _cycle_exists(
+    scc: list[int], adj: Adj, process: bool, realtime: bool, g: Graph
+) -> list[Anomaly]:
     """Which model-specific subgraphs of this component still have a cycle (proofs by SCC)."""
     specs = list(_EXISTS)
     if process:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from toki.check.adya.history import Key, TxnId, Value
 
-__all__ = ["Anomaly", "Edge", "Rel", "explain", "join", "render_read", "tname", "kname"]
+__all__ = ["Anomaly", "Edge", "Rel", "explain", "join", "kname", "render_read", "tname"]
 
 Rel = Literal["ww", "wr", "rw", "process", "realtime"]
 

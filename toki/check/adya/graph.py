@@ -26,7 +26,7 @@ from toki.check.adya.explain import Edge, Rel
 from toki.check.adya.history import Key, TxnId, Value
 from toki.errors import HistoryFormatError
 
-__all__ = ["WR", "WW", "RW", "PR", "RT", "HUB", "Graph", "Meta"]
+__all__ = ["HUB", "PR", "RT", "RW", "WR", "WW", "Graph", "Meta"]
 
 # Edge labels as bits.
 WW: Final = 1

@@ -230,7 +230,10 @@ for _m, _as in _PROSCRIBED.items():
 MODEL_NAMES: Final = frozenset(_MODELS) | frozenset(CANONICAL)
 
 
-def _closure(start: Iterable[str], step: dict[str, set[str]] | dict[str, tuple[str, ...]]) -> set[str]:
+Step = dict[str, set[str]] | dict[str, tuple[str, ...]]
+
+
+def _closure(start: Iterable[str], step: Step) -> set[str]:
     seen = set(start)
     todo = list(seen)
     while todo:
@@ -242,7 +245,7 @@ def _closure(start: Iterable[str], step: dict[str, set[str]] | dict[str, tuple[s
     return seen
 
 
-def _reverse(g: dict[str, set[str]] | dict[str, tuple[str, ...]]) -> dict[str, set[str]]:
+def _reverse(g: Step) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for a, bs in g.items():
         for b in bs:

@@ -169,16 +169,16 @@ def order_edges(
     collected in ``reg_readers`` for ``rw_register``."""
     anomalies: list[Anomaly] = []
     add_s, add_d, add_m = g.src.append, g.dst.append, g.meta.append
-    for k, ko in orders.items():
-        w, order, flags = ko.w, ko.order, ko.flags
+    for k, korder in orders.items():
+        w, order, flags = korder.w, korder.order, korder.flags
         for i in range(1, len(order)):
             a, b = w[i - 1], w[i]
             if a >= 0 and b >= 0 and a != b:
                 add_s(a)
                 add_d(b)
                 add_m((WW, k, order[i - 1], order[i], flags))
-        if ko.tail and order and w[-1] >= 0:
-            for n, e in ko.tail:
+        if korder.tail and order and w[-1] >= 0:
+            for n, e in korder.tail:
                 if n != w[-1]:
                     add_s(w[-1])
                     add_d(n)
@@ -248,20 +248,20 @@ def order_edges(
         if i == -2:
             # not in a version order: an unplaced write, an aborted one, or garbage
             wd = writer.get(k)
-            wn = None if wd is None else wd.get(ver)
-            if wn is None:
+            wq = None if wd is None else wd.get(ver)
+            if wq is None:
                 _bad_read(k, ver, v, is_list, ids[node], failed, anomalies)
                 if ko is None and (k, ver) not in failed:
                     # a version from before the history, perhaps: its readers still
                     # anti-depend on the versions inferred to follow it
                     reg_readers.setdefault((k, ver), []).append(node)
                 continue
-            if wn != node:
-                add_s(wn)
+            if wq != node:
+                add_s(wq)
                 add_d(node)
                 add_m((WR, k, ver, ver, LIST if is_list else 0))
                 if (k, ver) in inter:
-                    anomalies.append(_g1b(k, v, is_list, ids[node], ids[wn]))
+                    anomalies.append(_g1b(k, v, is_list, ids[node], ids[wq]))
             if ko is None:
                 reg_readers.setdefault((k, ver), []).append(node)
             continue

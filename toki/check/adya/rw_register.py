@@ -133,8 +133,8 @@ _Touched = list[dict[Key, tuple[Value, Value]] | None]
 def _touched(s: Scan, history: History, keys: set[Key]) -> _Touched:
     """What each committed or in-doubt txn externally read first and wrote last, per key.
 
-    A committed txn's first value is its external read (else its first... final write), its
-    last value its final write (else its read); an in-doubt txn counts only its writes.
+    A committed txn's first value is its external read (else its first write), its last value
+    its final write (else its read); an in-doubt txn counts only its writes.
     """
     out: _Touched = []
     for t in history.txns:
@@ -238,7 +238,7 @@ def _cycles(
         for a, b in es:
             src.append(node(k, a))
             dst.append(node(k, b))
-        for v in values.get(k, ()) | {x for e in es for x in e if x is not None}:
+        for v in values.get(k, set()) | {x for e in es for x in e if x is not None}:
             src.append(nil)
             dst.append(node(k, v))
     if not src:

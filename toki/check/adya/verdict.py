@@ -74,7 +74,7 @@ class Verdict:
 
     def render(self, limit: int = 10) -> str:
         """Elle-like text: valid?, types, the models ruled out, then each anomaly explained."""
-        valid = {True: "true", False: "false"}.get(self.valid, "unknown")  # type: ignore[call-overload]
+        valid = "true" if self.valid is True else "false" if self.valid is False else "unknown"
         lines = [f"valid? {valid}"]
         if self.anomalies:
             lines.append("anomaly-types: " + ", ".join(self.anomaly_types))
@@ -97,7 +97,7 @@ class Verdict:
             counts = ", ".join(f"{t} ×{len(v)}" for t, v in sorted(self.notes.items()))
             lines.append("")
             lines.append(f"also found, not ruled out by these models: {counts}")
-            for t, v in sorted(self.notes.items()):
+            for _, v in sorted(self.notes.items()):
                 lines += ["  " + a.explain() for a in v[:limit]]
         return "\n".join(lines)
 
