@@ -28,22 +28,25 @@ import edn_format  # type: ignore[import-untyped]
 
 from toki.errors import HistoryFormatError
 
-__all__ = ["MAP", "parse_chunk", "read_forms"]
+__all__ = ["MAP", "chunks", "form_lines", "locate_error", "parse_chunk", "read_forms", "to_json"]
 
 MAP: Final = "\x01"  # first element of an array that was a map
 _OPEN_MAP: Final = '["\\u0001",'
 _KEYWORD: Final = re.compile(r':([^,\[\]{}()"\s]+)')
 _STRING: Final = re.compile(r'("(?:[^"\\]|\\.)*")', re.S)
+_STRAY_KEYWORD: Final = re.compile(r'(?:^|[^"]):')  # object keys are "k": ; keywords not
 _PLACEHOLDER: Final = re.compile("\x02([0-9]+)\x03")
-_FREQUENT: Final = tuple(
-    [(f":{k},", f'"{k}",') for k in ("type", "f", "value", "time", "process", "index")]
+# Jepsen's frequent keywords as plain string replacements (C speed); the rest by regex.
+_OP_KEYS: Final = ("type", "f", "value", "time", "process", "index", "error")
+_VALUES: Final = tuple(
+    [(f":{k},", f'"{k}",') for k in ("invoke", "ok", "fail", "info", "txn")]
     + [(f"[:{k},", f'["{k}",') for k in ("append", "r", "w")]
-    + [
-        (f":{k}{d}", f'"{k}"{d}')
-        for k in ("invoke", "ok", "fail", "info", "txn", "nemesis")
-        for d in (",", "]")
-    ]
 )
+_AS_ARRAY: Final = _VALUES + tuple((f":{k},", f'"{k}",') for k in _OP_KEYS)
+# in object mode a map key becomes an object key: {:index, → {"index":  (Jepsen's keys only)
+_AS_OBJECT: Final = tuple(
+    (f"{d}:{k},", f'{d}"{k}":') for k in _OP_KEYS for d in ("{", ",")
+) + _VALUES
 _CHUNK_LINES: Final = 20_000
 
 
@@ -51,8 +54,13 @@ def _tokens(part: str) -> list[str]:
     return part.replace(",", " ").split()
 
 
-def _fast(text: str) -> list[Any] | None:
-    """The forms of ``text`` through the JSON rewrite, or None when it is outside the subset."""
+def _rewrite(text: str, objects: bool) -> str | None:
+    """``text`` as JSON text (an array of its forms), or None outside the subset.
+
+    With ``objects`` a map becomes a JSON object, which works only when every key is one of
+    Jepsen's operation keys (a map with another key makes invalid JSON, so the caller falls
+    back); otherwise a map becomes a marked array.
+    """
     if "\\" in text or ";" in text:
         return None
     if "#" in text:
@@ -72,29 +80,41 @@ def _fast(text: str) -> list[Any] | None:
         if '"' in text:
             return None
     s = ",".join(_tokens(text))
-    s = (
-        s.replace("{", _OPEN_MAP)
-        .replace("}", "]")
-        .replace("(", "[")
-        .replace(")", "]")
-        .replace("[,", "[")
-        .replace(",]", "]")
-    )
+    s = s.replace("{", "{" if objects else _OPEN_MAP).replace("}", "}" if objects else "]")
+    s = s.replace("(", "[").replace(")", "]").replace("[,", "[").replace(",]", "]")
+    if not objects:
+        s = s.replace(",]", "]")
     for _ in range(2):  # ",nil,nil," needs two passes
-        s = s.replace(",nil,", ",null,").replace(",nil]", ",null]")
+        s = s.replace(",nil,", ",null,").replace(",nil]", ",null]").replace(",nil}", ",null}")
     s = s.replace("[nil,", "[null,").replace("[nil]", "[null]")
     if s.startswith("nil,") or s == "nil":
         s = "null" + s[3:]
     if s.endswith(",nil"):
         s = s[:-3] + "null"
-    for a, b in _FREQUENT:
+    for a, b in _AS_OBJECT if objects else _AS_ARRAY:
         s = s.replace(a, b)
-    if ":" in s:
+    if objects:
+        if _STRAY_KEYWORD.search(s):
+            return None  # another keyword: the marked-array path reads it
+    elif ":" in s:
         s = _KEYWORD.sub(r'"\1"', s)
     if strings:
         s = _PLACEHOLDER.sub(lambda m: strings[int(m.group(1))], s)
+    return "[" + s + "]"
+
+
+def to_json(text: str) -> str | None:
+    """Jepsen's EDN as JSON text whose operation maps are objects, or None (see ``_rewrite``)."""
+    return _rewrite(text, True)
+
+
+def _fast(text: str) -> list[Any] | None:
+    """The forms of ``text`` through the JSON rewrite, or None when it is outside the subset."""
+    s = _rewrite(text, False)
+    if s is None:
+        return None
     try:
-        out = json.loads("[" + s + "]")
+        out = json.loads(s)
     except ValueError:
         return None
     return out if isinstance(out, list) else None
@@ -132,12 +152,9 @@ def _balanced(text: str) -> bool:
     return opens == text.count("]") + text.count("}") + text.count(")")
 
 
-def read_forms(lines: Iterable[str], source: str) -> Iterator[tuple[int, Any]]:
-    """(line number, form) for each top-level form, reading ``_CHUNK_LINES`` lines at a time.
-
-    A form must start on its own line (Jepsen writes one per line; a pretty-printed form may
-    span lines). Errors name the first line that is not valid EDN.
-    """
+def chunks(lines: Iterable[str]) -> Iterator[tuple[int, list[str], str]]:
+    """(line offset, lines, text) of ``_CHUNK_LINES`` lines at a time, never splitting a form
+    (comment lines blanked, so line numbers stay right)."""
     it = iter(lines)
     lineno = 0
     pending: list[str] = []
@@ -146,24 +163,36 @@ def read_forms(lines: Iterable[str], source: str) -> Iterator[tuple[int, Any]]:
         if not block and not pending:
             return
         pending += block
-        # whole-line comments become blank lines (line numbers stay right)
         text = "".join("\n" if line.lstrip().startswith(";") else line for line in pending)
         if block and not _balanced(text):
             continue  # a form continues past this chunk
-        starts = [lineno + i + 1 for i, line in enumerate(pending) if _starts_form(line)]
-        try:
-            forms = parse_chunk(text)
-        except Exception as e:  # edn_format raises EDNDecodeError, and ply may raise others
-            raise _locate(pending, lineno, source, e) from e
-        if len(starts) != len(forms):
-            starts = _form_starts(pending, lineno)
-            if len(starts) != len(forms):
-                starts = [lineno + 1] * len(forms)
-        yield from zip(starts, forms, strict=True)
+        yield lineno, pending, text
         lineno += len(pending)
         pending = []
         if not block:
             return
+
+
+def form_lines(lines: list[str], offset: int, count: int) -> list[int]:
+    """The line number of each of ``count`` top-level forms in ``lines``."""
+    starts = [offset + i + 1 for i, line in enumerate(lines) if _starts_form(line)]
+    if len(starts) != count:
+        starts = _form_starts(lines, offset)
+    return starts if len(starts) == count else [offset + 1] * count
+
+
+def read_forms(lines: Iterable[str], source: str) -> Iterator[tuple[int, Any]]:
+    """(line number, form) for each top-level form, maps as marked arrays.
+
+    A form must start on its own line (Jepsen writes one per line; a pretty-printed form may
+    span lines). Errors name the first line that is not valid EDN.
+    """
+    for offset, pending, text in chunks(lines):
+        try:
+            forms = parse_chunk(text)
+        except Exception as e:  # edn_format raises EDNDecodeError, and ply may raise others
+            raise locate_error(pending, offset, source, e) from e
+        yield from zip(form_lines(pending, offset, len(forms)), forms, strict=True)
 
 
 def _form_starts(lines: list[str], offset: int) -> list[int]:
@@ -184,7 +213,9 @@ def _starts_form(line: str) -> bool:
     return bool(s) and s[0] in "{[(#"
 
 
-def _locate(lines: list[str], offset: int, source: str, err: Exception) -> HistoryFormatError:
+def locate_error(
+    lines: list[str], offset: int, source: str, err: Exception
+) -> HistoryFormatError:
     """Re-parse line by line to name the first line that is not valid EDN on its own."""
     for n, line in enumerate(lines, offset + 1):
         if not line.strip() or line.lstrip().startswith(";"):

@@ -26,10 +26,12 @@ import json
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, Union
 
+import msgspec
+
+from toki.check import edn
 from toki.check.adya.history import History, Op, OpKind, Txn
-from toki.check.edn import MAP, read_forms
 from toki.errors import HistoryFormatError
 
 __all__ = ["history_from_ops", "load", "parse_edn", "parse_json"]
@@ -41,6 +43,23 @@ _new = object.__new__
 _set = object.__setattr__
 
 Where = int | str  # a line number, or a description such as "h.json entry 3"
+
+_Scalar = Union[int, str]  # noqa: UP007 (msgspec reads the typing form)
+_Read = Union[None, int, str, tuple[_Scalar, ...]]  # noqa: UP007
+
+
+class _Record(msgspec.Struct, forbid_unknown_fields=False):
+    """An operation as Jepsen writes it, decoded in one typed pass (msgspec builds the
+    micro-ops as tuples in compiled code; anything else falls back to plain JSON)."""
+
+    type: str
+    value: list[tuple[str, _Scalar, _Read]] | None = None
+    process: _Scalar | None = None
+    index: int | None = None
+    f: str | None = None
+
+
+_DECODE: Final = msgspec.json.Decoder(list[_Record])
 
 
 def load(path: str | Path, fmt: str | None = None) -> History:
@@ -84,25 +103,35 @@ def history_from_ops(entries: Iterable[tuple[str, Any]]) -> History:
 
 
 def _edn_entries(fh: IO[str], source: str) -> Iterator[tuple[Where, Any]]:
-    forms = read_forms(fh, source)
-    first = next(forms, None)
-    if first is None:
-        return
-    line, form = first
-    if type(form) is list and (not form or form[0] != MAP):
-        rest = next(forms, None)
-        if rest is None:  # one vector of op maps
-            for i, x in enumerate(form):
-                yield f"{source} entry {i + 1}", _as_map(x)
-            return
-        forms = itertools.chain([rest], forms)
-    yield line, _as_map(form)
-    for line, form in forms:
-        yield line, _as_map(form)
+    """EDN forms a chunk at a time: Jepsen's operation maps through the JSON rewrite and the
+    typed decoder; anything else through the general reader."""
+    first = True
+    for offset, lines, text in edn.chunks(fh):
+        forms: list[Any] | None = None
+        js = edn.to_json(text)
+        if js is not None:
+            try:
+                forms = list(_DECODE.decode(js))
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                forms = None
+        if forms is None:
+            try:
+                forms = edn.parse_chunk(text)
+            except Exception as e:  # edn_format raises EDNDecodeError, and ply may raise others
+                raise edn.locate_error(lines, offset, source, e) from e
+            if first and len(forms) == 1 and type(forms[0]) is list and (
+                not forms[0] or forms[0][0] != edn.MAP
+            ):
+                for i, x in enumerate(forms[0]):  # one vector of op maps
+                    yield f"{source} entry {i + 1}", _as_map(x)
+                continue
+        first = False
+        for line, form in zip(edn.form_lines(lines, offset, len(forms)), forms, strict=True):
+            yield line, _as_map(form)
 
 
 def _as_map(x: Any) -> Any:
-    if type(x) is list and x and x[0] == MAP:
+    if type(x) is list and x and x[0] == edn.MAP:
         return dict(zip(x[1::2], x[2::2], strict=True))
     return x
 
@@ -134,10 +163,7 @@ def _json_entries(
             if s:
                 nums.append(n)
                 parts.append(s)
-        try:
-            data = json.loads("[" + ",".join(parts) + "]") if parts else []
-        except ValueError:
-            data = None
+        data = _decode("[" + ",".join(parts) + "]") if parts else []
         if data is None or len(data) != len(parts):
             if array:
                 yield from _json_whole(whole(), source)
@@ -148,6 +174,19 @@ def _json_entries(
             yield (f"{source} entry {entry}" if array else n), op
         lineno += len(pending)
         pending = list(itertools.islice(lines, _CHUNK))
+
+
+def _decode(text: str) -> list[Any] | None:
+    """A JSON array of operations: typed records, else plain JSON values, else None."""
+    try:
+        return list(_DECODE.decode(text))
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        pass
+    try:
+        out = json.loads(text)
+    except ValueError:
+        return None
+    return out if isinstance(out, list) else None
 
 
 def _json_whole(text: str, source: str) -> Iterator[tuple[Where, Any]]:
@@ -184,24 +223,23 @@ def _build(entries: Iterable[tuple[Where, Any]], source: str) -> History:
     used: dict[int, Where] = {}
     append = txns.append
     for pos, (where, op) in enumerate(entries):
-        if type(op) is not dict:
-            if not isinstance(op, Mapping):
-                raise HistoryFormatError(
-                    _where(source, where), f"is a {type(op).__name__}, not an operation map"
-                )
-            op = dict(op)
-        process = op.get("process")
+        if type(op) is _Record:
+            typ, process, index, f, value = op.type, op.process, op.index, op.f, op.value
+        elif isinstance(op, Mapping):
+            typ, process, index = op.get("type"), op.get("process"), op.get("index")
+            f, value = op.get("f"), op.get("value")
+        else:
+            raise HistoryFormatError(
+                _where(source, where), f"is a {type(op).__name__}, not an operation map"
+            )
         if process == "nemesis" or process == ":nemesis":
             continue
-        typ = op.get("type")
         if typ not in _TYPES:
             typ = _name(typ)
             if typ not in _TYPES:
                 raise HistoryFormatError(
-                    _where(source, where),
-                    f"type {op.get('type')!r} is not one of invoke, ok, fail, info",
+                    _where(source, where), f"type {typ!r} is not one of invoke, ok, fail, info"
                 )
-        f = op.get("f")
         if f is not None and f != "txn" and _name(f) != "txn":
             raise HistoryFormatError(
                 _where(source, where),
@@ -212,8 +250,9 @@ def _build(entries: Iterable[tuple[Where, Any]], source: str) -> History:
             process = tuple(process)
         elif not isinstance(process, Hashable):
             raise HistoryFormatError(_where(source, where), f":process {process!r} is not a value")
-        index = op.get("index", pos)
-        if type(index) is not int:
+        if index is None:
+            index = pos
+        elif type(index) is not int:
             raise HistoryFormatError(_where(source, where), f":index {index!r} is not an integer")
         if typ == "invoke":
             if process is None:
@@ -221,21 +260,16 @@ def _build(entries: Iterable[tuple[Where, Any]], source: str) -> History:
             q = pending.get(process)
             if q is None:
                 q = pending[process] = deque()
-            q.append((where, op, index))
+            q.append((where, value, index))
             continue
         q = pending.get(process) if process is not None else None
         inv = q.popleft() if q else None
-        value = op.get("value")
         if value is None and inv is not None:
-            value = inv[1].get("value")
-        append(
-            _txn(source, where, index, process, typ, value, inv[2] if inv else None, used)
-        )
-    for q in pending.values():  # never completed: in doubt
-        for where, op, index in q:
-            append(
-                _txn(source, where, index, op.get("process"), "info", op.get("value"), index, used)
-            )
+            value = inv[1]
+        append(_txn(source, where, index, process, typ, value, inv[2] if inv else None, used))
+    for process, q in pending.items():  # never completed: in doubt
+        for where, value, index in q:
+            append(_txn(source, where, index, process, "info", value, index, used))
     return History(tuple(txns))
 
 
@@ -255,18 +289,31 @@ def _txn(
             f":index {index} was already used at {_where(source, used[index])}",
         )
     used[index] = where
-    if not isinstance(value, list | tuple):
-        raise HistoryFormatError(
-            _where(source, where),
-            f"value {value!r} is not a transaction",
-            "expected a vector of micro-ops",
-        )
-    ops = tuple([_mop(source, where, m) for m in value])
+    if type(value) is not list:
+        if not isinstance(value, list | tuple):
+            raise HistoryFormatError(
+                _where(source, where),
+                f"value {value!r} is not a transaction",
+                "expected a vector of micro-ops",
+            )
+    ops = []
+    for m in value:
+        # the typed decoder's micro-ops are checked already, but for writes of nil or lists
+        if type(m) is tuple and (m[0] == "r" or (m[2] is not None and type(m[2]) is not tuple)):
+            f = _MOPS.get(m[0])
+            if f is not None:
+                op = _new(Op)
+                _set(op, "kind", f)
+                _set(op, "key", m[1])
+                _set(op, "value", m[2])
+                ops.append(op)
+                continue
+        ops.append(_mop(source, where, m))
     end = index if status != "info" else None
     t = _new(Txn)
     _set(t, "id", index)
     _set(t, "process", process)
-    _set(t, "ops", ops)
+    _set(t, "ops", tuple(ops))
     _set(t, "status", status)
     _set(t, "start_index", start)
     _set(t, "end_index", end)
@@ -300,7 +347,7 @@ def _mop(source: str, where: Where, m: Any) -> Op:
         key = _freeze(key)
     value = m[2]
     tv = type(value)
-    if tv is list:
+    if tv is list or tv is tuple:
         if f != "r":
             raise HistoryFormatError(
                 _where(source, where), f"micro-op {m!r} writes a list; write one value"

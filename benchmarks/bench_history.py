@@ -1,0 +1,233 @@
+"""Loading and checking Jepsen/Elle histories from files (issue #21 goal 4).
+
+Generates Elle-shaped list-append histories the way Elle's own generator and a database
+would produce them: ``--processes`` concurrent clients, each with one operation in flight;
+transactions of 1–4 micro-ops, each a read of the whole list or an append, over a sliding
+window of 10 active keys (a key is retired after 32 appends, as Elle's ``max-writes-per-key``,
+and a fresh one takes its place); appended values count 1, 2, … per key, as Elle's do. The
+database applies each transaction atomically when it completes, so the history is strict
+serializable and the check must come out valid. The history is written as JSON lines, as a
+JSON array (one op per line, elle-cli's layout) and as EDN (one map per line, Jepsen's), then
+each file is read by ``toki.check.elle.load`` and checked by ``toki.check.adya.verdict``
+(strict serializability, real-time edges included) in a fresh subprocess, which records the
+seconds of each stage and the peak RSS of load + check together.
+
+    python -m benchmarks.bench_history            # 10^4, 10^5, 10^6: results/history.json
+    python -m benchmarks.bench_history --quick    # 10^4 only, writes nothing
+
+Targets (issue #21): 10^6 transactions loaded from JSON/JSONL in <= 20 s, from EDN in <= 60 s,
+peak memory of load + check <= 1.5 GB. Anchors: the same loads before this work took 108-112 s
+(JSON) and 690 s with 8.7 GiB (EDN); Elle checks ~100k-op histories in ~55-73 s (24 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import machine_info
+
+RESULTS = Path(__file__).resolve().parent / "results" / "history.json"
+TARGETS = {"json_load_s": 20.0, "edn_load_s": 60.0, "peak_rss_mb": 1536.0}
+ANCHORS = {
+    "before": "toki before issue #21: 10^6 txns read in 108-112 s from JSON, 690 s and 8.7 GiB "
+    "from EDN; check alone 13-20 s, 2.0-2.3 GB (issue #21)",
+    "elle": "Jepsen Elle: ~100k-op list-append histories checked in ~55-73 s on a 24-core Xeon "
+    "(Kingsbury & Alvaro, VLDB 2020, Fig. 4, read off plot)",
+}
+FORMATS = ("jsonl", "json", "edn")
+
+
+def ops(n: int, *, processes: int = 10, seed: int = 0) -> Iterator[dict[str, Any]]:
+    """The operations (invocations and completions) of an Elle-shaped history of n txns."""
+    rng = random.Random(seed)
+    active = list(range(10))
+    next_key = 10
+    count: dict[int, int] = {}
+    state: dict[int, list[int]] = {}
+    open_: dict[int, list[list[Any]]] = {}
+    index = 0
+    started = 0
+    done = 0
+    while done < n:
+        idle = [p for p in range(processes) if p not in open_]
+        if started < n and idle and (not open_ or rng.random() < 0.5):
+            p = rng.choice(idle)
+            txn: list[list[Any]] = []
+            for _ in range(rng.randint(1, 4)):
+                k = active[min(int(rng.expovariate(0.35)), len(active) - 1)]
+                if rng.random() < 0.5:
+                    txn.append(["r", k, None])
+                else:
+                    v = count.get(k, 0) + 1
+                    count[k] = v
+                    txn.append(["append", k, v])
+                    if v >= 32:  # retire the key, as Elle's generator does
+                        active[active.index(k)] = next_key
+                        next_key += 1
+            open_[p] = txn
+            started += 1
+            yield {"index": index, "time": index, "type": "invoke", "process": p, "f": "txn",
+                   "value": txn}
+        else:
+            p = rng.choice(sorted(open_))
+            txn = open_.pop(p)
+            done_txn = []
+            for f, k, v in txn:  # applied atomically at completion
+                if f == "r":
+                    done_txn.append(["r", k, list(state.get(k, ()))])
+                else:
+                    state.setdefault(k, []).append(v)
+                    done_txn.append([f, k, v])
+            done += 1
+            yield {"index": index, "time": index, "type": "ok", "process": p, "f": "txn",
+                   "value": done_txn}
+        index += 1
+
+
+def _edn(v: Any) -> str:
+    if v is None:
+        return "nil"
+    if isinstance(v, list):
+        return "[" + " ".join(_edn(x) for x in v) + "]"
+    if isinstance(v, str):
+        return ":" + v
+    return str(v)
+
+
+def write(n: int, directory: Path, seed: int = 0) -> dict[str, Path]:
+    """The same history as JSON lines, a JSON array (one op per line) and EDN."""
+    paths = {f: directory / f"h{n}.{f}" for f in FORMATS}
+    with (
+        paths["jsonl"].open("w") as jl,
+        paths["json"].open("w") as ja,
+        paths["edn"].open("w") as ed,
+    ):
+        ja.write("[")
+        first = True
+        for op in ops(n, seed=seed):
+            line = json.dumps(op, separators=(",", ":"))
+            jl.write(line + "\n")
+            ja.write(("" if first else ",\n ") + line)
+            first = False
+            ed.write(
+                f"{{:index {op['index']}, :time {op['time']}, :type :{op['type']}, "
+                f":process {op['process']}, :f :txn, :value {_edn(op['value'])}}}\n"
+            )
+        ja.write("]\n")
+    return paths
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_one(path: Path) -> dict[str, Any]:
+    """Load and check one file in this process: seconds per stage, peak RSS of both."""
+    import gc
+
+    from toki.check.adya import verdict
+    from toki.check.elle import load
+
+    rss0 = _peak_mb()
+    t0 = time.perf_counter()
+    gc.disable()
+    history = load(path)
+    gc.enable()
+    load_s = time.perf_counter() - t0
+    rss_load = _peak_mb()
+    gc.freeze()
+    t1 = time.perf_counter()
+    v = verdict(history, models=["strict-serializable"])
+    check_s = time.perf_counter() - t1
+    return {
+        "file": path.name,
+        "format": path.suffix.lstrip("."),
+        "mb": round(path.stat().st_size / 2**20, 1),
+        "txns": len(history.txns),
+        "ops": sum(len(t.ops) for t in history.txns),
+        "load_s": round(load_s, 2),
+        "check_s": round(check_s, 2),
+        "total_s": round(load_s + check_s, 2),
+        "txns_per_s_load": round(len(history.txns) / load_s) if load_s else None,
+        "peak_rss_after_load_mb": round(rss_load, 1),
+        "peak_rss_load_and_check_mb": round(_peak_mb(), 1),
+        "rss_at_start_mb": round(rss0, 1),
+        "valid": v.valid,
+        "anomalies": v.anomaly_types,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--quick", action="store_true", help="10^4 only, results not written")
+    ap.add_argument("--sizes", help="comma-separated transaction counts")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_one(args.one)))
+        return 0
+    sizes = ([int(x) for x in args.sizes.split(",")] if args.sizes
+             else [10**4] if args.quick else [10**4, 10**5, 10**6])
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="toki-bench-history-") as tmp:
+        for n in sizes:
+            t0 = time.perf_counter()
+            paths = write(n, Path(tmp))
+            gen_s = time.perf_counter() - t0
+            for fmt in FORMATS:
+                load1 = os.getloadavg()[0]
+                out = subprocess.run(
+                    [sys.executable, "-m", "benchmarks.bench_history", "--one", str(paths[fmt])],
+                    capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1],
+                )
+                row = json.loads(out.stdout)
+                row["generate_s"] = round(gen_s, 1)
+                row["loadavg_1min"] = [round(load1, 2), round(os.getloadavg()[0], 2)]
+                runs.append(row)
+                print(f"{n:>8} txns {fmt:>5} {row['mb']:>7.1f} MB  load {row['load_s']:>7.2f} s"
+                      f"  check {row['check_s']:>6.2f} s  peak {row['peak_rss_load_and_check_mb']:>7.1f}"
+                      f" MB  valid={row['valid']}  load avg {row['loadavg_1min']}", flush=True)
+                paths[fmt].unlink()
+    biggest = max(sizes)
+    at = {r["format"]: r for r in runs if r["txns"] == biggest}
+    summary: dict[str, Any] = {"largest_size": biggest, "targets": TARGETS}
+    if at:
+        summary.update({
+            "json_load_s": max(at[f]["load_s"] for f in ("json", "jsonl") if f in at),
+            "edn_load_s": at["edn"]["load_s"] if "edn" in at else None,
+            "peak_rss_mb": max(r["peak_rss_load_and_check_mb"] for r in at.values()),
+            "all_valid": all(r["valid"] is True for r in runs),
+        })
+        summary["targets_met"] = biggest >= 10**6 and all(
+            summary[k] is not None and summary[k] <= TARGETS[k] for k in TARGETS
+        )
+    result = {
+        "benchmark": "toki.check.elle.load + toki.check.adya.verdict (strict-serializable)",
+        "summary": summary,
+        "machine": machine_info(),
+        "anchors": ANCHORS,
+        "generator": __doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else "",
+        "runs": runs,
+    }
+    out_path = args.out if args.out is not None else (None if args.quick else RESULTS)
+    if out_path is not None:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
