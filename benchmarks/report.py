@@ -31,6 +31,7 @@ SOURCES = {
     "backends": "python -m benchmarks.bench_backends",
     "sim": "python -m benchmarks.bench_sim",
     "check": "python -m benchmarks.bench_check",
+    "history": "python -m benchmarks.bench_history",
     "proofs": "python -m benchmarks.bench_proofs",
     "matrix": "python -m benchmarks.bench_matrix",
 }
@@ -173,6 +174,28 @@ def _rows_check(d: dict[str, Any] | None) -> list[Row]:
     return rows
 
 
+def _rows_history(d: dict[str, Any] | None) -> list[Row]:
+    """Loading + checking Elle histories from files (issue #21 goal 4), largest size."""
+    if d is None:
+        return [Row("history", "load 10^6 Elle txns (JSON / EDN)", missing("history"),
+                    "<= 20 s / <= 60 s, <= 1.5 GB", "—")]
+    n = d["summary"]["largest_size"]
+    big = {r["format"]: r for r in d["runs"] if r["txns"] == n}
+    targets = {"jsonl": "<= 20 s", "json": "<= 20 s", "edn": "<= 60 s"}
+    rows = []
+    for f in ("jsonl", "json", "edn"):
+        r = big.get(f)
+        if r is None:
+            continue
+        load = r["loadavg_1min"]
+        rows.append(Row("history", f"{fmt(n)} Elle txns from {f.upper()} ({fmt(r['mb'], 'MB')}): "
+                        f"load / check, peak RSS of both (load avg {load[0]:.1f})",
+                        f"{fmt(r['load_s'], 's')} / {fmt(r['check_s'], 's')}, "
+                        f"{fmt(r['peak_rss_load_and_check_mb'], 'MB')}",
+                        f"load {targets[f]}; <= 1,536 MB", d["anchors"]["before"]))
+    return rows
+
+
 def _rows_proofs(d: dict[str, Any] | None) -> list[Row]:
     if d is None:
         return [Row("proofs", "all z3 proofs at default bounds", missing("proofs"), "<= 60 s",
@@ -203,7 +226,8 @@ def _rows_generic(name: str, d: dict[str, Any] | None) -> list[Row]:
 
 def rows(results: dict[str, dict[str, Any] | None]) -> list[Row]:
     special = {"core": _rows_core, "algebra": _rows_algebra, "backends": _rows_backends,
-               "sim": _rows_sim, "check": _rows_check, "proofs": _rows_proofs}
+               "sim": _rows_sim, "check": _rows_check, "proofs": _rows_proofs,
+               "history": _rows_history}
     out: list[Row] = []
     for name, data in results.items():
         fn = special.get(name)
@@ -247,6 +271,21 @@ def growth(results: dict[str, dict[str, Any] | None]) -> list[str]:
                         "log-log slope from the previous size):",
                         ["txns", "ops", "check", "txns/s", "peak RSS", "exponent"],
                         _with_slope(_check_sizes(check)))
+    history = results.get("history")
+    if history:
+        body, prev = [], {}
+        for r in sorted(history["runs"], key=lambda r: (r["format"], r["txns"])):
+            p = prev.get(r["format"])
+            slope = "—" if p is None else (
+                f"{math.log(r['load_s'] / p['load_s']) / math.log(r['txns'] / p['txns']):.2f}")
+            body.append([r["format"], fmt(r["txns"]), fmt(r["mb"], "MB"), fmt(r["load_s"], "s"),
+                         fmt(r["check_s"], "s"), fmt(r["peak_rss_load_and_check_mb"], "MB"),
+                         slope, f"{r['loadavg_1min'][0]:.1f}"])
+            prev[r["format"]] = r
+        lines += _table("**Loading + checking Elle histories from files** (`python -m "
+                        "benchmarks.bench_history`; exponent = log-log slope of load time):",
+                        ["format", "txns", "file", "load", "check", "peak RSS (both)",
+                         "exponent", "load avg"], body)
     proofs = results.get("proofs")
     if proofs and proofs.get("growth_with_k"):
         ks = sorted({p["k"] for ps in proofs["growth_with_k"].values() for p in ps})

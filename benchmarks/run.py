@@ -12,6 +12,7 @@ SCRIPTS = [
     "benchmarks.bench_backends",
     "benchmarks.bench_sim",
     "benchmarks.bench_check",
+    "benchmarks.bench_history",
     "benchmarks.bench_anomalies",
     "benchmarks.bench_proofs",
     "benchmarks.bench_matrix",

@@ -220,8 +220,11 @@ def _build(entries: Iterable[tuple[Where, Any]], source: str) -> History:
     """Pair invocations with completions (per process, first in first out) into txns."""
     pending: dict[Hashable, deque[tuple[Where, Any, int]]] = {}
     txns: list[Txn] = []
-    used: dict[int, Where] = {}
+    used: set[int] = set()
+    last_read: dict[Any, Any] = {}  # key -> the last list read of it, shared when read again
     append = txns.append
+    typ: Any
+    process: Any
     for pos, (where, op) in enumerate(entries):
         if type(op) is _Record:
             typ, process, index, f, value = op.type, op.process, op.index, op.f, op.value
@@ -235,10 +238,11 @@ def _build(entries: Iterable[tuple[Where, Any]], source: str) -> History:
         if process == "nemesis" or process == ":nemesis":
             continue
         if typ not in _TYPES:
+            shown = typ
             typ = _name(typ)
             if typ not in _TYPES:
                 raise HistoryFormatError(
-                    _where(source, where), f"type {typ!r} is not one of invoke, ok, fail, info"
+                    _where(source, where), f"type {shown!r} is not one of invoke, ok, fail, info"
                 )
         if f is not None and f != "txn" and _name(f) != "txn":
             raise HistoryFormatError(
@@ -266,10 +270,13 @@ def _build(entries: Iterable[tuple[Where, Any]], source: str) -> History:
         inv = q.popleft() if q else None
         if value is None and inv is not None:
             value = inv[1]
-        append(_txn(source, where, index, process, typ, value, inv[2] if inv else None, used))
-    for process, q in pending.items():  # never completed: in doubt
-        for where, value, index in q:
-            append(_txn(source, where, index, process, "info", value, index, used))
+        append(
+            _txn(source, where, index, process, typ, value, inv[2] if inv else None, used,
+                 last_read)
+        )
+    for proc, waiting in pending.items():  # never completed: in doubt
+        for where, value, index in waiting:
+            append(_txn(source, where, index, proc, "info", value, index, used, last_read))
     return History(tuple(txns))
 
 
@@ -281,31 +288,42 @@ def _txn(
     status: str,
     value: Any,
     start: int | None,
-    used: dict[int, Where],
+    used: set[int],
+    last_read: dict[Any, Any],
 ) -> Txn:
     if index in used:
         raise HistoryFormatError(
-            _where(source, where),
-            f":index {index} was already used at {_where(source, used[index])}",
+            _where(source, where), f":index {index} was already used by another operation"
         )
-    used[index] = where
-    if type(value) is not list:
-        if not isinstance(value, list | tuple):
-            raise HistoryFormatError(
-                _where(source, where),
-                f"value {value!r} is not a transaction",
-                "expected a vector of micro-ops",
-            )
+    used.add(index)
+    if type(value) is not list and not isinstance(value, list | tuple):
+        raise HistoryFormatError(
+            _where(source, where),
+            f"value {value!r} is not a transaction",
+            "expected a vector of micro-ops",
+        )
     ops = []
     for m in value:
         # the typed decoder's micro-ops are checked already, but for writes of nil or lists
         if type(m) is tuple and (m[0] == "r" or (m[2] is not None and type(m[2]) is not tuple)):
             f = _MOPS.get(m[0])
             if f is not None:
+                # one object per key and per distinct list read (a history repeats them)
+                k = m[1]
+                v = m[2]
+                seen = last_read.get(k)
+                if seen is None:
+                    last_read[k] = seen = (k, None)
+                k = seen[0]
+                if type(v) is tuple and v:
+                    if seen[1] == v:
+                        v = seen[1]
+                    else:
+                        last_read[k] = (k, v)
                 op = _new(Op)
                 _set(op, "kind", f)
-                _set(op, "key", m[1])
-                _set(op, "value", m[2])
+                _set(op, "key", k)
+                _set(op, "value", v)
                 ops.append(op)
                 continue
         ops.append(_mop(source, where, m))

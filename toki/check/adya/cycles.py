@@ -363,12 +363,12 @@ def find_cycles(
     pairs: dict[tuple[int, int], int] = {}
     metas: dict[tuple[int, int, int], Meta] = {}
     for i in inside:
-        u, v, m = g.src[i], g.dst[i], g.meta[i]
+        u, v, m = g.src[i], g.dst[i], g.meta(i)
         lab = m[0]
         pairs[(u, v)] = pairs.get((u, v), 0) | lab
         metas.setdefault((u, v, lab), m)
     if not pairs:
-        return [], len(g.src)
+        return [], len(g)
     comps: dict[int, list[int]] = {}
     for node in {x for p in pairs for x in p}:
         comps.setdefault(int(labels[node]), []).append(node)
@@ -411,4 +411,4 @@ def find_cycles(
             )
         if timed_out or not found:
             out.extend(_cycle_exists(scc, adj, process, realtime, g))
-    return out, len(g.src)
+    return out, len(g)

@@ -168,21 +168,17 @@ def order_edges(
     wr from its writer, rw to the next writer. Reads of registers without a given order are
     collected in ``reg_readers`` for ``rw_register``."""
     anomalies: list[Anomaly] = []
-    add_s, add_d, add_m = g.src.append, g.dst.append, g.meta.append
+    add = g.add
     for k, korder in orders.items():
         w, order, flags = korder.w, korder.order, korder.flags
         for i in range(1, len(order)):
             a, b = w[i - 1], w[i]
             if a >= 0 and b >= 0 and a != b:
-                add_s(a)
-                add_d(b)
-                add_m((WW, k, order[i - 1], order[i], flags))
+                add(a, b, (WW, k, order[i - 1], order[i], flags))
         if korder.tail and order and w[-1] >= 0:
             for n, e in korder.tail:
                 if n != w[-1]:
-                    add_s(w[-1])
-                    add_d(n)
-                    add_m((WW, k, order[-1], e, flags | LATER))
+                    add(w[-1], n, (WW, k, order[-1], e, flags | LATER))
     ids, writer, failed, inter = s.ids, s.writer, s.failed, s.intermediate
     list_keys, reg_keys, failed_keys = s.list_keys, s.reg_keys, s.failed_keys
     tail_readers: dict[Key, list[tuple[int, Value]]] = {}
@@ -233,9 +229,7 @@ def order_edges(
                     # the version order is unknown, so no rw edge
                     wn = writer.get(k, {}).get(ver, -1)
                     if wn >= 0 and wn != node:
-                        add_s(wn)
-                        add_d(node)
-                        add_m((WR, k, ver, ver, LIST))
+                        add(wn, node, (WR, k, ver, ver, LIST))
                     continue
         else:
             ver = v
@@ -257,9 +251,7 @@ def order_edges(
                     reg_readers.setdefault((k, ver), []).append(node)
                 continue
             if wq != node:
-                add_s(wq)
-                add_d(node)
-                add_m((WR, k, ver, ver, LIST if is_list else 0))
+                add(wq, node, (WR, k, ver, ver, LIST if is_list else 0))
                 if (k, ver) in inter:
                     anomalies.append(_g1b(k, v, is_list, ids[node], ids[wq]))
             if ko is None:
@@ -271,18 +263,14 @@ def order_edges(
         if i >= 0:
             wn = ko.w[i]
             if wn >= 0 and wn != node:
-                add_s(wn)
-                add_d(node)
-                add_m((WR, k, ver, ver, ko.flags & LIST))
+                add(wn, node, (WR, k, ver, ver, ko.flags & LIST))
                 if (k, ver) in inter:
                     anomalies.append(_g1b(k, v, is_list, ids[node], ids[wn]))
         j = i + 1
         if j < len(ko.order):
             nw = ko.w[j]
             if nw >= 0 and nw != node:
-                add_s(node)
-                add_d(nw)
-                add_m((RW, k, ver, ko.order[j], ko.flags))
+                add(node, nw, (RW, k, ver, ko.order[j], ko.flags))
         elif ko.tail:
             tail_readers.setdefault(k, []).append((node, ver))
     # Readers of the last observed version anti-depend on every unread append.

@@ -93,7 +93,7 @@ def register_edges(
         taken = merged
         used.append(name)
     flags = INFERRED | LATER
-    add_s, add_d, add_m = g.src.append, g.dst.append, g.meta.append
+    add = g.add
     for k in keys:
         fw = fwriter.get(k, {})
         writers = [(n, v) for v, n in fw.items()]
@@ -107,14 +107,10 @@ def register_edges(
                 continue
             wa = fw.get(a)
             if wa is not None and wa != wb:
-                add_s(wa)
-                add_d(wb)
-                add_m((WW, k, a, b, flags))
+                add(wa, wb, (WW, k, a, b, flags))
             for r in readers.get((k, a), ()):
                 if r != wb:
-                    add_s(r)
-                    add_d(wb)
-                    add_m((RW, k, a, b, flags))
+                    add(r, wb, (RW, k, a, b, flags))
     return anomalies
 
 
