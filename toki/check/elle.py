@@ -144,35 +144,49 @@ def _json_entries(
     lines = iter(fh)
     head = list(itertools.islice(lines, _CHUNK))
     first = next((s for s in (x.strip() for x in head) if s), "")
-    array = first.startswith("[")
+    if first.startswith("["):
+        yield from _json_array(lines, head, source, whole)
+        return
     lineno = 0
     pending = head
-    entry = 0
     while pending:
-        nums: list[int] = []
-        parts: list[str] = []
-        for i, raw in enumerate(pending):
-            s = raw.strip()
-            n = lineno + i + 1
-            if array:
-                if not nums and not parts and entry == 0 and s.startswith("["):
-                    s = s[1:].lstrip()
-                if (s.endswith("]") and not s.endswith("]]")) or s == "]":
-                    s = s[:-1].rstrip()
-            s = s.rstrip(",").rstrip() if array else s
-            if s:
-                nums.append(n)
-                parts.append(s)
+        parts = [line for line in pending if not line.isspace()]
         data = _decode("[" + ",".join(parts) + "]") if parts else []
         if data is None or len(data) != len(parts):
-            if array:
-                yield from _json_whole(whole(), source)
-                return
-            raise _json_error(parts, nums, source)
-        for n, op in zip(nums, data, strict=True):
-            entry += 1
-            yield (f"{source} entry {entry}" if array else n), op
+            nums = [lineno + i + 1 for i, line in enumerate(pending) if not line.isspace()]
+            raise _json_error([p.strip() for p in parts], nums, source)
+        if len(parts) == len(pending):
+            yield from zip(range(lineno + 1, lineno + len(pending) + 1), data)
+        else:
+            nums = [lineno + i + 1 for i, line in enumerate(pending) if not line.isspace()]
+            yield from zip(nums, data, strict=True)
         lineno += len(pending)
+        pending = list(itertools.islice(lines, _CHUNK))
+
+
+def _json_array(
+    lines: Iterator[str], head: list[str], source: str, whole: Any
+) -> Iterator[tuple[Where, Any]]:
+    """A JSON array with one op per line (elle-cli's layout): elements end a line with a
+    comma, so a chunk of lines is itself a comma-separated run of elements."""
+    entry = 0
+    pending = head
+    opened = False
+    while pending:
+        body = "".join(pending).strip()
+        if not opened:
+            body = body[1:].lstrip()  # the array's "["
+            opened = True
+        if body.endswith("]") and not body.endswith("]]"):
+            body = body[:-1].rstrip()  # the array's "]" (an element ends with "}")
+        body = body.rstrip(",")
+        data = _decode("[" + body + "]") if body else []
+        if data is None:  # laid out some other way: parse the whole file (from where we are)
+            yield from itertools.islice(_json_whole(whole(), source), entry, None)
+            return
+        for op in data:
+            entry += 1
+            yield f"{source} entry {entry}", op
         pending = list(itertools.islice(lines, _CHUNK))
 
 

@@ -331,10 +331,15 @@ def _cycle_exists(
         count, labels_ = connected_components(m, directed=True, connection="strong")
         sizes = np.bincount(labels_, minlength=count)
         big = [c for c in range(count) if sizes[c] > 1]
-        if not big:
+        loops = [a for a, b in zip(src, dst, strict=True) if a == b]
+        if not big and not loops:
             continue
-        smallest = min(big, key=lambda c: sizes[c])
-        members = [scc[i] for i in np.flatnonzero(labels_ == smallest)]
+        if loops:  # x -base-> y -rw-> x: a cycle through one extended step (Elle counts it)
+            x = scc[loops[0]]
+            members = [x, *sorted(_through_rw(x, adj, labels) & set(scc))[:1]]
+        else:
+            smallest = min(big, key=lambda c: sizes[c])
+            members = [scc[i] for i in np.flatnonzero(labels_ == smallest)]
         txns = tuple(g.ids[x] for x in members if x < g.n_txns)
         out.append(
             Anomaly(
@@ -346,6 +351,11 @@ def _cycle_exists(
             )
         )
     return out
+
+
+def _through_rw(x: int, adj: Adj, labels: int) -> set[int]:
+    """The transactions y with x -base-> y (the first half of a one-step extended loop)."""
+    return {y for y, mask in adj.get(x, ()) if mask & labels}
 
 
 def _subgraph_name(labels: int, kind: str) -> str:
