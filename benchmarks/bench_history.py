@@ -10,7 +10,8 @@ serializable and the check must come out valid. The history is written as JSON l
 JSON array (one op per line, elle-cli's layout) and as EDN (one map per line, Jepsen's), then
 each file is read by ``toki.check.elle.load`` and checked by ``toki.check.adya.verdict``
 (strict serializability, real-time edges included) in a fresh subprocess, which records the
-seconds of each stage and the peak RSS of load + check together.
+seconds of each stage (wall clock, and the process's CPU time, which other processes on a
+shared machine inflate less) and the peak RSS of load + check together.
 
     python -m benchmarks.bench_history            # 10^4, 10^5, 10^6: results/history.json
     python -m benchmarks.bench_history --quick    # 10^4 only, writes nothing
@@ -140,16 +141,16 @@ def run_one(path: Path) -> dict[str, Any]:
     from toki.check.elle import load
 
     rss0 = _peak_mb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     gc.disable()
     history = load(path)
     gc.enable()
-    load_s = time.perf_counter() - t0
+    load_s, load_cpu = time.perf_counter() - t0, time.process_time() - c0
     rss_load = _peak_mb()
     gc.freeze()
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     v = verdict(history, models=["strict-serializable"])
-    check_s = time.perf_counter() - t1
+    check_s, check_cpu = time.perf_counter() - t1, time.process_time() - c1
     return {
         "file": path.name,
         "format": path.suffix.lstrip("."),
@@ -158,6 +159,8 @@ def run_one(path: Path) -> dict[str, Any]:
         "ops": sum(len(t.ops) for t in history.txns),
         "load_s": round(load_s, 2),
         "check_s": round(check_s, 2),
+        "load_cpu_s": round(load_cpu, 2),
+        "check_cpu_s": round(check_cpu, 2),
         "total_s": round(load_s + check_s, 2),
         "txns_per_s_load": round(len(history.txns) / load_s) if load_s else None,
         "peak_rss_after_load_mb": round(rss_load, 1),
@@ -197,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 row["loadavg_1min"] = [round(load1, 2), round(os.getloadavg()[0], 2)]
                 runs.append(row)
                 print(f"{n:>8} txns {fmt:>5} {row['mb']:>7.1f} MB  load {row['load_s']:>7.2f} s"
+                      f" (cpu {row['load_cpu_s']:.1f})"
                       f"  check {row['check_s']:>6.2f} s  peak {row['peak_rss_load_and_check_mb']:>7.1f}"
                       f" MB  valid={row['valid']}  load avg {row['loadavg_1min']}", flush=True)
                 paths[fmt].unlink()

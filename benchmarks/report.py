@@ -190,8 +190,8 @@ def _rows_history(d: dict[str, Any] | None) -> list[Row]:
         load = r["loadavg_1min"]
         rows.append(Row("history", f"{fmt(n)} Elle txns from {f.upper()} ({fmt(r['mb'], 'MB')}): "
                         f"load / check, peak RSS of both (load avg {load[0]:.1f})",
-                        f"{fmt(r['load_s'], 's')} / {fmt(r['check_s'], 's')}, "
-                        f"{fmt(r['peak_rss_load_and_check_mb'], 'MB')}",
+                        f"{fmt(r['load_s'], 's')} (CPU {fmt(r.get('load_cpu_s'), 's')}) / "
+                        f"{fmt(r['check_s'], 's')}, {fmt(r['peak_rss_load_and_check_mb'], 'MB')}",
                         f"load {targets[f]}; <= 1,536 MB", d["anchors"]["before"]))
     return rows
 
@@ -279,13 +279,14 @@ def growth(results: dict[str, dict[str, Any] | None]) -> list[str]:
             slope = "—" if p is None else (
                 f"{math.log(r['load_s'] / p['load_s']) / math.log(r['txns'] / p['txns']):.2f}")
             body.append([r["format"], fmt(r["txns"]), fmt(r["mb"], "MB"), fmt(r["load_s"], "s"),
-                         fmt(r["check_s"], "s"), fmt(r["peak_rss_load_and_check_mb"], "MB"),
-                         slope, f"{r['loadavg_1min'][0]:.1f}"])
+                         fmt(r.get("load_cpu_s"), "s"), fmt(r["check_s"], "s"),
+                         fmt(r["peak_rss_load_and_check_mb"], "MB"), slope,
+                         f"{r['loadavg_1min'][0]:.1f}"])
             prev[r["format"]] = r
         lines += _table("**Loading + checking Elle histories from files** (`python -m "
                         "benchmarks.bench_history`; exponent = log-log slope of load time):",
-                        ["format", "txns", "file", "load", "check", "peak RSS (both)",
-                         "exponent", "load avg"], body)
+                        ["format", "txns", "file", "load", "load CPU", "check",
+                         "peak RSS (both)", "exponent", "load avg"], body)
     proofs = results.get("proofs")
     if proofs and proofs.get("growth_with_k"):
         ks = sorted({p["k"] for ps in proofs["growth_with_k"].values() for p in ps})

@@ -141,3 +141,31 @@ def test_check_bad_input_is_one_line_and_exit_2(
     assert err.startswith("toki check: error:") and message in err and "\n" not in err
     assert main(["check", str(Path(tmp_path) / "missing.edn")]) == 2
     assert "cannot be read" in capsys.readouterr().err
+
+
+def test_check_toki_history_exits_1_when_a_check_finds_an_anomaly(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    from toki.history import write_history
+
+    ops = [
+        {"type": "op", "txn": "t1", "kind": "begin", "at": 1},
+        {"type": "op", "txn": "t1", "kind": "write", "key": "a", "value": "Bob", "at": 2},
+        {"type": "op", "txn": "t1", "kind": "commit", "at": 3},
+        {"type": "op", "txn": "t2", "kind": "begin", "at": 4},
+        {"type": "op", "txn": "t2", "kind": "read", "key": "a", "value": "Bob", "version": 2,
+         "at": 5},
+        {"type": "op", "txn": "t2", "kind": "commit", "at": 6},
+    ]
+    clean = write_history(Path(tmp_path) / "clean.jsonl", {"system": "mine"}, ops)
+    erased = write_history(Path(tmp_path) / "erased.jsonl", {"system": "mine"}, [
+        *ops,
+        {"type": "belief", "at": 3, "key": "a", "value": "Bob"},
+        {"type": "recoverable", "key": "a", "values": ["Carol"]},
+    ])
+    assert main(["check", str(clean), "--consistency-model", "serializable", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["valid?"] is True
+    assert main(["check", str(erased)]) == 1
+    assert "N3: {'found': True" in capsys.readouterr().out

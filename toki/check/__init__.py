@@ -7,9 +7,11 @@ from toki.check.adya import (
     History,
     Op,
     Txn,
+    Verdict,
     check,
     dependency_graph,
     explain,
+    verdict,
 )
 from toki.check.elle import load, parse_edn, parse_json
 
@@ -20,10 +22,12 @@ __all__ = [
     "History",
     "Op",
     "Txn",
+    "Verdict",
     "check",
     "dependency_graph",
     "explain",
     "load",
     "parse_edn",
     "parse_json",
+    "verdict",
 ]

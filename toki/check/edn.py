@@ -34,7 +34,6 @@ MAP: Final = "\x01"  # first element of an array that was a map
 _OPEN_MAP: Final = '["\\u0001",'
 _KEYWORD: Final = re.compile(r':([^,\[\]{}()"\s]+)')
 _STRING: Final = re.compile(r'("(?:[^"\\]|\\.)*")', re.S)
-_STRAY_KEYWORD: Final = re.compile(r'(?:^|[^"]):')  # object keys are "k": ; keywords not
 _PLACEHOLDER: Final = re.compile("\x02([0-9]+)\x03")
 # Jepsen's frequent keywords as plain string replacements (C speed); the rest by regex.
 _OP_KEYS: Final = ("type", "f", "value", "time", "process", "index", "error")
@@ -52,6 +51,16 @@ _CHUNK_LINES: Final = 20_000
 
 def _tokens(part: str) -> list[str]:
     return part.replace(",", " ").split()
+
+
+def _commas(text: str) -> str:
+    """EDN's whitespace and commas as single JSON commas. Jepsen separates map entries with
+    ", " and everything else with one space or a newline, which three replacements turn into
+    commas; any other spacing takes the general route (split and join)."""
+    s = text.replace(", ", " ").replace(" ", ",").replace("\n", ",").strip(",")
+    if ",," in s or "[," in s or ",]" in s or "{," in s or ",}" in s or "\t" in s or "\r" in s:
+        return ",".join(_tokens(text))
+    return s
 
 
 def _rewrite(text: str, objects: bool) -> str | None:
@@ -79,7 +88,7 @@ def _rewrite(text: str, objects: bool) -> str | None:
         text = "".join(parts)
         if '"' in text:
             return None
-    s = ",".join(_tokens(text))
+    s = _commas(text)
     s = s.replace("{", "{" if objects else _OPEN_MAP).replace("}", "}" if objects else "]")
     s = s.replace("(", "[").replace(")", "]").replace("[,", "[").replace(",]", "]")
     if not objects:
@@ -94,7 +103,7 @@ def _rewrite(text: str, objects: bool) -> str | None:
     for a, b in _AS_OBJECT if objects else _AS_ARRAY:
         s = s.replace(a, b)
     if objects:
-        if _STRAY_KEYWORD.search(s):
+        if s.count(":") != s.count('":'):
             return None  # another keyword: the marked-array path reads it
     elif ":" in s:
         s = _KEYWORD.sub(r'"\1"', s)

@@ -156,7 +156,7 @@ def _json_entries(
             nums = [lineno + i + 1 for i, line in enumerate(pending) if not line.isspace()]
             raise _json_error([p.strip() for p in parts], nums, source)
         if len(parts) == len(pending):
-            yield from zip(range(lineno + 1, lineno + len(pending) + 1), data)
+            yield from zip(range(lineno + 1, lineno + len(pending) + 1), data, strict=True)
         else:
             nums = [lineno + i + 1 for i, line in enumerate(pending) if not line.isspace()]
             yield from zip(nums, data, strict=True)
@@ -322,22 +322,23 @@ def _txn(
         if type(m) is tuple and (m[0] == "r" or (m[2] is not None and type(m[2]) is not tuple)):
             f = _MOPS.get(m[0])
             if f is not None:
-                # one object per key and per distinct list read (a history repeats them)
+                # one object per key, and one read op per distinct list read (histories
+                # repeat them; ops are immutable, so transactions may share one)
                 k = m[1]
                 v = m[2]
                 seen = last_read.get(k)
                 if seen is None:
-                    last_read[k] = seen = (k, None)
+                    last_read[k] = seen = (k, None, None)
                 k = seen[0]
-                if type(v) is tuple and v:
-                    if seen[1] == v:
-                        v = seen[1]
-                    else:
-                        last_read[k] = (k, v)
+                if type(v) is tuple and v and seen[1] == v:
+                    ops.append(seen[2])
+                    continue
                 op = _new(Op)
                 _set(op, "kind", f)
                 _set(op, "key", k)
                 _set(op, "value", v)
+                if type(v) is tuple and v:
+                    last_read[k] = (k, v, op)
                 ops.append(op)
                 continue
         ops.append(_mop(source, where, m))
