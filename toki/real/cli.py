@@ -1,7 +1,7 @@
 """`toki real`: set up a real library's environment, explore it, replay a witness.
 
     toki real list
-    toki real setup SYSTEM [--force]
+    toki real setup SYSTEM|all [--force]
     toki real run SYSTEM --workload manager --strategy dpor --budget N --seed S
                   [--faults crash:1] [--check] [--json] [--out DIR]
     toki real replay WITNESS [--json]
@@ -102,18 +102,30 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_setup(args: argparse.Namespace) -> int:
-    from toki.real.systems import setup_system
+    from concurrent.futures import ThreadPoolExecutor
 
-    report = setup_system(args.system, force=args.force)
-    if args.json:
-        _print(report.to_json())
+    from toki.real.systems import SYSTEMS, get_real_system, setup_system
+
+    if args.system == "all":
+        names = sorted(n for n, s in SYSTEMS.items() if s.lock is not None)
     else:
-        verb = "created" if report.created else "already there"
-        print(
-            f"{report.system}: environment {verb} at {report.path} "
-            f"({report.packages} pinned packages, {report.seconds:.1f} s)"
-        )
-    return 0
+        names = [get_real_system(args.system).name]
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:  # pip runs in processes
+        futures = {n: pool.submit(setup_system, n, force=args.force) for n in names}
+    failed = {n: f.exception() for n, f in futures.items() if f.exception() is not None}
+    reports = [f.result().to_json() for n, f in futures.items() if n not in failed]
+    if args.json:
+        _print({"systems": reports, "failed": {n: str(e) for n, e in failed.items()}})
+    else:
+        for r in reports:
+            verb = "created" if r["created"] else "already there"
+            print(
+                f"{r['system']}: environment {verb} at {r['path']} "
+                f"({r['packages']} pinned packages, {r['seconds']:.1f} s)"
+            )
+    for n, exc in failed.items():
+        print(f"toki real setup: error: {n}: {exc}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -193,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst.set_defaults(handler=_cmd_list)
 
     st = sub.add_parser("setup", help="create a system's environment from its lock file")
-    st.add_argument("system")
+    st.add_argument("system", help="a system name, or 'all' (every system with a lock file)")
     st.add_argument("--force", action="store_true", help="recreate even if cached")
     st.add_argument("--json", action="store_true")
     st.set_defaults(handler=_cmd_setup)

@@ -16,19 +16,20 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from toki.canonical import canonical_json
-from toki.errors import InvalidInput
+from toki.errors import InvalidInput, ProgramError, ScheduleError
 from toki.isolation import Isolation
 from toki.real.adapter import Picker, RealSystem
-from toki.real.errors import WorkerError
+from toki.real.errors import RealError, WorkerError
 from toki.real.gate import GatePoint, as_local, lock_steps
 from toki.real.session import Session
 from toki.real.systems import worker_python
-from toki.sim.engine import Choice
-from toki.sim.explore import Run, Stats, Strategy
+from toki.sim.engine import Choice, Execution
+from toki.sim.explore import Run, Stats, Strategy, record
 from toki.sim.program import Agent, Crash, Footprint, Program, World
 from toki.sim.store import SimStore
 from toki.sim.workload import SimClaim, Workload
@@ -41,6 +42,7 @@ __all__ = [
     "open_session",
     "real_program",
     "real_runs",
+    "run_plan",
     "serial_beliefs",
     "serial_orders",
 ]
@@ -209,7 +211,13 @@ def real_runs(
     stats = stats if stats is not None else Stats()
     runs = strategy.runs(program, stats)
     try:
-        for count, run in enumerate(runs, 1):
+        count = 0
+        while True:
+            with unwrapped():
+                run = next(runs, None)
+            if run is None:
+                return
+            count += 1
             yield finish_run(system, session, live, run, recovery)
             if count >= budget:
                 return
@@ -217,6 +225,59 @@ def real_runs(
         close = getattr(runs, "close", None)
         if close is not None:
             close()
+
+
+@contextmanager
+def unwrapped() -> Iterator[None]:
+    """The engine reports an agent's exception as a ProgramError; a real-layer error
+    (network refused, worker failed) is re-raised as itself, with its own message."""
+    try:
+        yield
+    except ProgramError as exc:
+        if isinstance(exc.__cause__, RealError):
+            raise exc.__cause__ from None
+        raise
+
+
+# ---------------------------------------------------------------------------- targeted runs
+
+
+PlanItem = tuple[Choice, str | None, int | None]
+
+
+def run_plan(program: Program, plan: Sequence[PlanItem]) -> Run:
+    """A targeted schedule, described rather than spelled out: each (choice, point, claim)
+    runs agent `choice` until it is parked at the gate point named `point` while working on
+    its `claim`-th claim (None, None: until it finishes); a "crash:<i>" choice crashes agent
+    i where it is parked. Then every agent still running finishes, in index order, and any
+    crash choice left is spent (too late to matter). Returns the run, to replay or check."""
+    ex = Execution(program, track=True)
+    for choice, point, claim in plan:
+        pid = ex.pid(choice)
+        if pid is None or pid not in ex.enabled():
+            raise ScheduleError(f"plan: {choice!r} is not enabled after {ex.schedule()!r}")
+        if pid >= ex.n:
+            ex.step(pid)
+            continue
+        while True:
+            ex.step(pid)
+            state = ex.agents[pid]
+            if state.done or (point is not None and _parked_at(state.pending, point, claim)):
+                break
+            if pid not in ex.enabled():
+                raise ScheduleError(f"plan: agent {pid} blocked before reaching {point!r}")
+    while en := ex.enabled():
+        ex.step(en[0])
+    return record(ex, "targeted")
+
+
+def _parked_at(step: Any, point: str, claim: int | None) -> bool:
+    gate = getattr(step, "detail", None)
+    return (
+        isinstance(gate, GatePoint)
+        and gate.name == point
+        and (claim is None or gate.claim == claim)
+    )
 
 
 # ---------------------------------------------------------------------------- serial runs

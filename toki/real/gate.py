@@ -72,8 +72,9 @@ def resources(pairs: Iterable[tuple[str, Any]]) -> frozenset[Resource]:
 
 
 def as_local(point: GatePoint) -> Local:
-    """The explorer step of a gate point: a `Local` with the point's declared footprint."""
-    return Local(point.name, point.detail, resources(point.reads), resources(point.writes))
+    """The explorer step of a gate point: a `Local` with the point's declared footprint
+    (the point itself is the step's detail)."""
+    return Local(point.name, point, resources(point.reads), resources(point.writes))
 
 
 def lock_steps(point: GatePoint) -> list[Step]:

@@ -9,7 +9,6 @@ carries the network attempts the guard refused; any at all make the call raise
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -127,10 +126,17 @@ class Session:
             )
         return data
 
-    def close(self) -> None:
+    def close(self, *, quiet: bool = False) -> None:
+        """End the worker. Network attempts it reports while closing (telemetry flushed at
+        exit) raise NetworkRefused unless `quiet` (an error is already on its way)."""
+        refused: NetworkRefused | None = None
         if self._proc.poll() is None:
-            with contextlib.suppress(WorkerError, NetworkRefused):
+            try:
                 self.call("close")
+            except NetworkRefused as exc:
+                refused = exc
+            except WorkerError:
+                pass
             try:
                 self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -143,9 +149,11 @@ class Session:
         if not self.keep_log:
             Path(self.log_path).unlink(missing_ok=True)
         self._home.cleanup()
+        if refused is not None and not quiet:
+            raise refused
 
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, *rest: object) -> None:
+        self.close(quiet=kind is not None)

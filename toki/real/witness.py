@@ -13,7 +13,14 @@ from toki.check.anomalies import Verdict
 from toki.errors import InvalidInput
 from toki.real.adapter import Picker, RealSystem, ScriptedJudge
 from toki.real.checks import check_real
-from toki.real.driver import RealRun, SerialCache, finish_run, open_session, real_program
+from toki.real.driver import (
+    RealRun,
+    SerialCache,
+    finish_run,
+    open_session,
+    real_program,
+    unwrapped,
+)
 from toki.real.systems import get_real_system
 from toki.sim.explore import replay_schedule
 from toki.sim.workload import Workload
@@ -138,7 +145,8 @@ def replay_real(w: RealWitness, *, gate_timeout: float = 60.0) -> tuple[RealRun,
         program, live = real_program(
             system, session, w.workload, judge, seed=w.seed, crash_budget=w.crash_budget
         )
-        run = replay_schedule(program, w.schedule)
+        with unwrapped():
+            run = replay_schedule(program, w.schedule)
         rr = finish_run(system, session, live, run, recovery)
         serial = SerialCache(system, session, w.workload, judge, w.seed)
         verdict = check_real(system, w.workload, rr, serial, recovery, (w.anomaly,))[w.anomaly]

@@ -37,13 +37,23 @@ def _is_loopback(host: Any) -> bool:
 
 
 def _caller() -> str:
-    """The innermost frame outside this module and the standard library's socket layers:
-    'module.function (file:line)', which names the library and its call."""
-    skip = ("socket.py", "guard.py", "ssl.py", "selectors.py", "threading.py")
-    for frame in reversed(traceback.extract_stack()[:-2]):
-        if not frame.filename.endswith(skip):
-            return f"{frame.name} ({frame.filename}:{frame.lineno})"
-    return "?"
+    """Who asked: the installed packages on the stack, outermost first, each with its
+    innermost frame ('mem0/memory/notices.py:65 _fetch_remote_config -> urllib3/...'); the
+    innermost frame when no installed package is on the stack."""
+    frames = [f for f in traceback.extract_stack()[:-3] if not f.filename.endswith("guard.py")]
+    chain: dict[str, traceback.FrameSummary] = {}
+    for f in frames:
+        if "-packages/" in f.filename:
+            path = f.filename.split("-packages/", 1)[1]
+            chain.pop(path.split("/", 1)[0], None)
+            chain[path.split("/", 1)[0]] = f
+
+    def name(f: traceback.FrameSummary) -> str:
+        return f"{f.filename.split('-packages/', 1)[-1]}:{f.lineno} {f.name}"
+
+    if not chain:
+        return name(frames[-1]) if frames else "?"
+    return " -> ".join(name(f) for f in chain.values())
 
 
 def _record(call: str, target: Any) -> None:

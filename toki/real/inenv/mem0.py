@@ -64,6 +64,7 @@ class Llm:
 
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
+        self.config = types.SimpleNamespace(model="toki-real-stub", temperature=0.0)
 
     def generate_response(self, messages: Any = None, *args: Any, **kw: Any) -> str:
         prompt = PROMPT.get()
@@ -334,9 +335,11 @@ class Adapter:
             for r in rows
         ]
 
-    def snapshot(self) -> dict[str, list[str]]:
-        """What a reader is served now: every live memory's text, per user."""
-        return {u: sorted(str(r["text"]) for r in self._all(u)) for u in self.users}
+    def snapshot(self) -> dict[str, Any]:
+        """What a reader is served now: every live memory (the shape of `observe`'s)."""
+        memories = [m for u in self.users for m in self._all(u)]
+        memories.sort(key=lambda m: (str(m["created_at"]), str(m["id"])))
+        return {"memories": memories}
 
     def observe(self) -> dict[str, Any]:
         memories = [m for u in self.users for m in self._all(u)]

@@ -22,6 +22,7 @@ The library's own prints go to stderr: the protocol owns the real stdout.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import os
@@ -92,6 +93,11 @@ class Worker:
         if op == "close":
             ctl.reset(0)
             self.adapter.close()
+            # what the library does at exit (e.g. flush queued telemetry) happens now, while
+            # the guard can still report it
+            exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+            if exit_handlers is not None:
+                exit_handlers()
             return {"closed": True}
         raise ValueError(f"op: unknown operation {op!r}")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import types
 import uuid
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -106,6 +107,7 @@ class Embedder:
 
     def __init__(self, dims: int) -> None:
         self.dims = dims
+        self.config = types.SimpleNamespace(embedding_dims=dims, model="toki-real-stub")
 
     def embed(self, text: Any, memory_action: Any = None, *args: Any, **kw: Any) -> list[float]:
         return embed(text, self.dims)
