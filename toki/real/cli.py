@@ -132,10 +132,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from toki.check.runner import make_strategy
     from toki.cli import _progress
     from toki.real.explore import explore_real
-    from toki.real.systems import get_real_system
+    from toki.real.systems import get_real_system, worker_python
     from toki.systems.base import SimJudge
 
     system = get_real_system(args.system)
+    worker_python(system)  # a missing environment is one line, before anything else
     crash_budget = parse_faults(args.faults)
     workload = make_real_workload(args.workload, args.agents, args.claims, args.keys, args.seed)
     strategy = make_strategy(args.strategy, args.seed, args.depth, args.preemptions)

@@ -248,9 +248,15 @@ PlanItem = tuple[Choice, str | None, int | None]
 def run_plan(program: Program, plan: Sequence[PlanItem]) -> Run:
     """A targeted schedule, described rather than spelled out: each (choice, point, claim)
     runs agent `choice` until it is parked at the gate point named `point` while working on
-    its `claim`-th claim (None, None: until it finishes); a "crash:<i>" choice crashes agent
-    i where it is parked. Then every agent still running finishes, in index order, and any
-    crash choice left is spent (too late to matter). Returns the run, to replay or check."""
+    its `claim`-th claim (None, None: until it finishes), or until it waits for a lock another
+    agent holds; a "crash:<i>" choice crashes agent i where it is parked. Then every agent
+    still running finishes, in index order, and any crash choice left is spent (too late to
+    matter). Returns the run, to replay or check."""
+    with unwrapped():
+        return _run_plan(program, plan)
+
+
+def _run_plan(program: Program, plan: Sequence[PlanItem]) -> Run:
     ex = Execution(program, track=True)
     for choice, point, claim in plan:
         pid = ex.pid(choice)
@@ -265,7 +271,7 @@ def run_plan(program: Program, plan: Sequence[PlanItem]) -> Run:
             if state.done or (point is not None and _parked_at(state.pending, point, claim)):
                 break
             if pid not in ex.enabled():
-                raise ScheduleError(f"plan: agent {pid} blocked before reaching {point!r}")
+                break  # it waits for a lock another agent holds: it can go no further
     while en := ex.enabled():
         ex.step(en[0])
     return record(ex, "targeted")
