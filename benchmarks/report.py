@@ -33,6 +33,7 @@ SOURCES = {
     "check": "python -m benchmarks.bench_check",
     "proofs": "python -m benchmarks.bench_proofs",
     "matrix": "python -m benchmarks.bench_matrix",
+    "real": "python -m benchmarks.bench_real",
 }
 
 ANCHOR_ELLE = "Jepsen Elle: ~100k-op histories in ~55-73 s on a 24-core Xeon (VLDB 2020, Fig. 4)"

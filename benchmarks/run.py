@@ -15,6 +15,7 @@ SCRIPTS = [
     "benchmarks.bench_anomalies",
     "benchmarks.bench_proofs",
     "benchmarks.bench_matrix",
+    "benchmarks.bench_real",
 ]
 
 

@@ -65,8 +65,9 @@ def test_a_lock_point_is_a_lock_on_the_simulated_store() -> None:
     acquire = point(0, "store.lock")
     acquire = GatePoint(0, "lock", "store.lock", {"lock": "w", "op": "acquire"})
     release = GatePoint(0, "lock", "store.unlock", {"lock": "w", "op": "release"})
-    assert lock_steps(acquire) == [Begin(), Write(("real:lock", "w"), 0)]
-    assert lock_steps(release) == [Commit()]
+    assert lock_steps(acquire) == [Begin(), Write(("real:lock", "w"), acquire)]
+    assert lock_steps(release)[1:] == [Commit()]
+    assert lock_steps(release)[0] == as_local(release)
     assert isinstance(as_local(point(0, "llm.x")), Local)
 
 

@@ -25,12 +25,12 @@ from toki.errors import InvalidInput, ProgramError, ScheduleError
 from toki.isolation import Isolation
 from toki.real.adapter import Picker, RealSystem
 from toki.real.errors import RealError, WorkerError
-from toki.real.gate import GatePoint, as_local, lock_steps
+from toki.real.gate import GatePoint, as_local, is_release, lock_steps
 from toki.real.session import Session
 from toki.real.systems import worker_python
 from toki.sim.engine import Choice, Execution
 from toki.sim.explore import Run, Stats, Strategy, record
-from toki.sim.program import Agent, Crash, Footprint, Program, World
+from toki.sim.program import Agent, Commit, Crash, Footprint, Program, Step, World
 from toki.sim.store import SimStore
 from toki.sim.workload import SimClaim, Workload
 from toki.systems.base import belief_hash
@@ -135,19 +135,37 @@ def real_program(
 
     def agent(i: int, inbox: Sequence[SimClaim]) -> Agent:
         resp = session.call("start", agent=i, inbox=[c.to_json() for c in inbox])
-        while resp["state"] == "parked":
-            point = GatePoint.from_json(resp["point"])
+        pending: Step | None = None  # the model's lock release, after the real one
+        while resp["state"] == "parked" or pending is not None:
+            point = GatePoint.from_json(resp["point"]) if resp["state"] == "parked" else None
             try:
-                if point.kind == "lock":
+                if pending is not None:
+                    yield pending
+                    pending = None
+                    continue
+                assert point is not None
+                if point.kind != "lock":
+                    yield as_local(point)
+                elif is_release(point):
+                    # the release publishes what was written under the lock: the step that
+                    # runs it carries the point's footprint; the model's lock goes one step
+                    # later, so no agent can take the real lock before it is really free
+                    yield as_local(point)
+                    pending = Commit()
+                else:
                     for step in lock_steps(point):
                         result = yield step
                         if isinstance(result, Exception):
                             raise WorkerError(f"the lock model refused {point.name}: {result}")
-                else:
-                    yield as_local(point)
             except Crash:
                 session.call("crash", agent=i)
-                live.trace.append({"crash": i, "before": point.name, "claim": point.claim})
+                live.trace.append(
+                    {
+                        "crash": i,
+                        "before": None if point is None else point.name,
+                        "claim": None if point is None else point.claim,
+                    }
+                )
                 raise
             reply = system.host.answer(point, judge)
             live.trace.append(
@@ -278,7 +296,7 @@ def _run_plan(program: Program, plan: Sequence[PlanItem]) -> Run:
 
 
 def _parked_at(step: Any, point: str, claim: int | None) -> bool:
-    gate = getattr(step, "detail", None)
+    gate = getattr(step, "detail", None) or getattr(step, "value", None)  # Local, lock Write
     return (
         isinstance(gate, GatePoint)
         and gate.name == point

@@ -40,6 +40,7 @@ class RealReport:
     causes: Counter[str] = field(default_factory=Counter)
     witnesses: dict[str, RealWitness] = field(default_factory=dict)
     witness_files: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, int] = field(default_factory=dict)  # the strategy's counters (DPOR's)
 
     @property
     def schedules_per_s(self) -> float:
@@ -66,6 +67,7 @@ class RealReport:
             "anomalies": {a: self.anomalies.get(a, 0) for a in ANOMALIES},
             "n1_causes": dict(sorted(self.causes.items())),
             "witnesses": dict(sorted(self.witness_files.items())),
+            "strategy_notes": dict(sorted(self.notes.items())),
         }
 
 
@@ -154,6 +156,7 @@ def explore_real(
                 progress(1)
         report.serial_runs = serial.runs
     report.exhausted = stats.exhausted
+    report.notes = dict(stats.notes)
     report.seconds = time.perf_counter() - t0
     report.distinct_states = len(states)
     if out is not None:

@@ -9,7 +9,8 @@ Resources are (family, key) pairs, key "*" meaning every key of the family. They
 `toki.sim` resources ("real:" + family, key) on a `Local` step (key "*" -> `ALL`), so the
 explorer's `dependent` relation, and with it DPOR, apply unchanged. A point of kind "lock"
 is different: it becomes a lock on the simulated store (`lock_steps`), so an agent that would
-wait for a lock another parked agent holds is disabled instead of hanging the worker.
+wait for a lock another parked agent holds is disabled instead of hanging the worker. A
+release publishes what was written under the lock, so its point declares that footprint.
 """
 
 from __future__ import annotations
@@ -77,12 +78,17 @@ def as_local(point: GatePoint) -> Local:
     return Local(point.name, point, resources(point.reads), resources(point.writes))
 
 
+def is_release(point: GatePoint) -> bool:
+    return isinstance(point.detail, Mapping) and point.detail.get("op") == "release"
+
+
 def lock_steps(point: GatePoint) -> list[Step]:
     """A lock gate point as steps on the simulated store: acquiring is a transaction that
-    writes the lock's row (it waits while another transaction holds it), releasing commits
-    that transaction."""
+    writes the lock's row (it waits while another transaction holds it); releasing commits
+    that transaction, one step after the step that runs the real release and carries the
+    point's footprint (what the release publishes): see `toki.real.driver.real_program`."""
     detail = point.detail if isinstance(point.detail, Mapping) else {}
     name = str(detail.get("lock", "lock"))
-    if detail.get("op") == "release":
-        return [Commit()]
-    return [Begin(), Write(("real:lock", name), point.agent)]
+    if is_release(point):
+        return [as_local(point), Commit()]
+    return [Begin(), Write(("real:lock", name), point)]  # the row's value names the point

@@ -313,7 +313,11 @@ class Adapter:
         for n, claim in enumerate(inbox):
             self.controller.begin_claim(n)
             CLAIM.set(claim)
-            result = self.memory.add(message(claim), user_id=subject(str(claim["key"])))
+            try:
+                result = self.memory.add(message(claim), user_id=subject(str(claim["key"])))
+            except Exception as exc:  # an agent logs a failed add and goes on, as apps do
+                out.append([f"error: {type(exc).__name__}: {exc}"])
+                continue
             rows = result.get("results", []) if isinstance(result, dict) else result
             out.append(sorted(str(r.get("event")) for r in rows or []))
         return out

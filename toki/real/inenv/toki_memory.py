@@ -81,6 +81,7 @@ class GatedStore:
         self.extra = list(extra)
         self.lock = lock
         self.url = inner.url
+        self.held = 0  # depth of our own write_lock()
 
     def _gate(
         self, name: str, reads: Sequence[str], writes: Sequence[str], detail: Any = None
@@ -98,14 +99,26 @@ class GatedStore:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        if self.lock is None:
-            with self.inner.write_lock():
-                yield
+        if self.lock is None or self.held:
+            self.held += 1
+            try:
+                with self.inner.write_lock():
+                    yield
+            finally:
+                self.held -= 1
             return
         self.ctl.gate("lock", "store.lock", {"lock": self.lock, "op": "acquire"})
-        with self.inner.write_lock():
-            yield
-            self.ctl.gate("lock", "store.unlock", {"lock": self.lock, "op": "release"})
+        self.held += 1
+        try:
+            with self.inner.write_lock():
+                yield
+                # the commit publishes what was written under the lock
+                everything = [(self.fam, "events"), (self.fam, "projection")]
+                self.ctl.gate(
+                    "lock", "store.unlock", {"lock": self.lock, "op": "release"}, [], everything
+                )
+        finally:
+            self.held -= 1
 
     def append(
         self,
@@ -115,12 +128,18 @@ class GatedStore:
         *,
         replace: bool = False,
     ) -> None:
-        self._gate(
-            "append",
-            [],
-            ["events", "projection"],
-            {"events": [e.kind.value for e in events], "watermark": watermark},
-        )
+        if self.lock is not None and not self.held:
+            # an append outside write_lock() takes the writer lock itself (SQLiteStore's
+            # BEGIN IMMEDIATE): the scheduler must know, or the agent would block unseen
+            with self._locked():
+                self.append(events, summaries, watermark, replace=replace)
+            return
+        detail = {
+            "events": [e.kind.value for e in events],
+            "watermark": watermark,
+            "replace": replace,
+        }
+        self._gate("append", [], ["events", "projection"], detail)
         self.inner.append(events, summaries, watermark, replace=replace)
 
     def load(self, after_seq: int = 0) -> Iterator[Event]:
@@ -251,8 +270,18 @@ class Adapter:
         return Memory.open(f"sqlite:///{self.path}", clock=clock)
 
     def _live(self) -> Memory:
-        """The live system: the shared instance, or a reader of the shared file."""
-        return self.shared if self.shared is not None else self._reader()
+        """The live system: the shared instance, or the shared file's log replayed. (Not
+        `Memory.open`: opening reconciles, and a reconcile may write, which an observer must
+        not do, least of all while an agent holds the writer lock.)"""
+        if self.shared is not None:
+            return self.shared
+        assert self.path is not None
+        store = SQLiteStore(self.path)
+        try:
+            events = list(store.load(0))
+        finally:
+            store.close()
+        return Memory.replay(events, clock=clock)
 
     @staticmethod
     def _view(mem: Memory, keys: Sequence[str]) -> dict[str, Any]:
