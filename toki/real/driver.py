@@ -36,15 +36,18 @@ from toki.sim.workload import SimClaim, Workload
 from toki.systems.base import belief_hash
 
 __all__ = [
+    "LiveTrace",
     "RealRun",
-    "World",
+    "SerialCache",
     "finish_run",
     "open_session",
     "real_program",
     "real_runs",
     "run_plan",
+    "run_serially",
     "serial_beliefs",
     "serial_orders",
+    "unwrapped",
 ]
 
 
@@ -105,8 +108,9 @@ def _frozen(value: Any) -> Any:
     return value
 
 
-class _Live:
-    """The trace of the world being built or run (one per program)."""
+class LiveTrace:
+    """The gate points and crashes of the world being run (one per program; a new world
+    starts a new trace)."""
 
     def __init__(self) -> None:
         self.trace: list[dict[str, Any]] = []
@@ -128,9 +132,9 @@ def real_program(
     seed: int = 0,
     crash_budget: int = 0,
     max_steps: int = 10_000,
-) -> tuple[Program, _Live]:
+) -> tuple[Program, LiveTrace]:
     """A program whose every world is a fresh instance of the library in `session`."""
-    live = _Live()
+    live = LiveTrace()
     config = system.host.config(workload)
 
     def agent(i: int, inbox: Sequence[SimClaim]) -> Agent:
@@ -191,7 +195,7 @@ def real_program(
 
 
 def finish_run(
-    system: RealSystem, session: Session, live: _Live, run: Run, recovery: Picker
+    system: RealSystem, session: Session, live: LiveTrace, run: Run, recovery: Picker
 ) -> RealRun:
     """Observe the library after `run` ended (call before anything re-opens the session)."""
     seen = session.call("observe")
