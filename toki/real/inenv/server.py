@@ -26,6 +26,7 @@ import atexit
 import importlib
 import json
 import os
+import shutil
 import sys
 import time
 from typing import Any
@@ -93,6 +94,9 @@ class Worker:
         if op == "close":
             ctl.reset(0)
             self.adapter.close()
+            root = getattr(self.adapter, "root", None)  # the adapter's scratch folder
+            if isinstance(root, str):
+                shutil.rmtree(root, ignore_errors=True)
             # what the library does at exit (e.g. flush queued telemetry) happens now, while
             # the guard can still report it
             exit_handlers = getattr(atexit, "_run_exitfuncs", None)
