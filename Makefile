@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run demo test lint typecheck pytest bench clean
+.PHONY: run demo test lint typecheck pytest bench clean real-envs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP)
 	$(VENV)/bin/pytest -q
+
+## real-envs: create the real libraries' environments from toki/real/locks (cached outside the
+## checkout, in $TOKI_REAL_CACHE or ~/.cache/toki/real, keyed by each lock file's hash)
+real-envs: $(STAMP)
+	$(PY) -m toki.cli real setup all
 
 ## bench: run every benchmark, writing benchmarks/results/*.json
 bench: $(STAMP)

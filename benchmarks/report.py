@@ -34,6 +34,7 @@ SOURCES = {
     "history": "python -m benchmarks.bench_history",
     "proofs": "python -m benchmarks.bench_proofs",
     "matrix": "python -m benchmarks.bench_matrix",
+    "real": "python -m benchmarks.bench_real",
 }
 
 ANCHOR_ELLE = "Jepsen Elle: ~100k-op histories in ~55-73 s on a 24-core Xeon (VLDB 2020, Fig. 4)"
@@ -224,10 +225,19 @@ def _rows_generic(name: str, d: dict[str, Any] | None) -> list[Row]:
     return [Row(name, k.replace("_", " "), fmt(v), "—", "—") for k, v in sorted(scal.items())][:8]
 
 
+def _rows_real(d: dict[str, Any] | None) -> list[Row]:
+    """The real-library summary; setup times beside the research notes' install times."""
+    if d is None:
+        return [Row("real", "—", missing("real"), "—", "—")]
+    anchor = d.get("anchors", {}).get("setup", "—")
+    return [Row("real", k, fmt(v), "—", anchor if "setup" in k else "—")
+            for k, v in sorted(d.get("summary", {}).items())]
+
+
 def rows(results: dict[str, dict[str, Any] | None]) -> list[Row]:
     special = {"core": _rows_core, "algebra": _rows_algebra, "backends": _rows_backends,
                "sim": _rows_sim, "check": _rows_check, "proofs": _rows_proofs,
-               "history": _rows_history}
+               "history": _rows_history, "real": _rows_real}
     out: list[Row] = []
     for name, data in results.items():
         fn = special.get(name)

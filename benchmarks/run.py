@@ -16,6 +16,7 @@ SCRIPTS = [
     "benchmarks.bench_anomalies",
     "benchmarks.bench_proofs",
     "benchmarks.bench_matrix",
+    "benchmarks.bench_real",
 ]
 
 

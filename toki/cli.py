@@ -340,6 +340,7 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_cmd_demo)
     sub.add_parser("locomo", help="LoCoMo data and experiments (fetch, info, baseline, ablate)")
     sub.add_parser("prove", help="run the z3 proofs; writes proofs/RESULTS.md and results.json")
+    sub.add_parser("real", help="real memory libraries under the scheduler (setup, run, replay)")
     cal = sub.add_parser("calibrate", help="replay calibration: N1 rate of an unlogged judge")
     cal.add_argument(
         "--p",
@@ -452,7 +453,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 # Subcommands with their own argument parser: everything after the name is theirs.
-_DELEGATED = {"locomo": "toki.locomo.cli", "prove": "toki.formal.cli"}
+_DELEGATED = {"locomo": "toki.locomo.cli", "prove": "toki.formal.cli", "real": "toki.real.cli"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -508,6 +508,14 @@ class Execution:
         me: Resource = ("agent", a.index)
         txn = a.txn
         if kind == _LOCAL:
+            if step.reads or step.writes:  # type: ignore[union-attr]
+                return Footprint(
+                    name,
+                    a.index,
+                    txn,
+                    reads=step.reads,  # type: ignore[union-attr]
+                    writes=step.writes | {me},  # type: ignore[union-attr]
+                )
             return Footprint(name, a.index, txn, writes=frozenset((me,)))
         if kind == _BEGIN:
             return Footprint(name, a.index, None, writes=frozenset((me, _SSI) if ser else (me,)))

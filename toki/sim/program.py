@@ -133,10 +133,16 @@ class Abort:
 @dataclass(frozen=True, slots=True)
 class Local:
     """A pure local step (e.g. an LLM judging two claims): touches no shared state, but it is
-    a scheduling point, so other agents can run while this agent "thinks"."""
+    a scheduling point, so other agents can run while this agent "thinks".
+
+    `reads` and `writes` declare shared resources the step touches outside the simulated
+    store (a real library's gate point, `toki.real`): they join the step's footprint, so
+    DPOR orders it against every step that touches them. Empty for a pure local step."""
 
     name: str = "judge"
     detail: Any = None
+    reads: frozenset[Resource] = frozenset()
+    writes: frozenset[Resource] = frozenset()
 
 
 Step: TypeAlias = (
@@ -263,7 +269,8 @@ Resource: TypeAlias = tuple[str, Any]
 """(family, key). Families: "data" (committed versions of a key), "xlock" (its write lock and
 pending value), "slock" (its REPEATABLE_READ read locks), "agent" (an agent's local state and
 generator), "waits" (the wait-for graph), "ssi" (all SERIALIZABLE bookkeeping), "crash" (the
-crash budget), "fault" (one fault's firing count)."""
+crash budget), "fault" (one fault's firing count); `Local` steps may declare others (`toki.real`
+uses "real:<family>" for a library's own state)."""
 
 
 class _Access(NamedTuple):

@@ -1,0 +1,116 @@
+"""The worker's gate-point controller, in process: one agent at a time, deterministic
+order, a clear error when an agent blocks outside a gate point, crashed agents abandoned."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from toki.real.inenv.controller import Controller, GateTimeout
+
+
+def _agent(ctl: Controller, name: str, log: list[str], steps: int) -> object:
+    def body() -> str:
+        for i in range(steps):
+            log.append(f"{name}{i}")  # runs between gate points
+            ctl.gate("test", f"{name}.gate{i}", None, [], [("shared", None)])
+        log.append(f"{name}-end")
+        return name
+
+    return body
+
+
+def test_only_the_released_agent_runs_and_the_order_is_the_schedule() -> None:
+    schedule = [1, 0, 0, 1, 1, 0]
+    logs = []
+    for _ in range(15):  # the same schedule gives the same interleaving every time
+        ctl = Controller(timeout=10)
+        ctl.reset(0)
+        log: list[str] = []
+        states = [ctl.start(i, _agent(ctl, "ab"[i], log, 3)) for i in (0, 1)]  # type: ignore[arg-type]
+        assert [s["state"] for s in states] == ["parked", "parked"]
+        assert log == ["a0", "b0"]
+        for agent in schedule:
+            before = len(log)
+            state = ctl.release(agent)
+            # exactly one agent moved: everything logged since the release is its own
+            assert all(entry[0] == "ab"[agent] for entry in log[before:])
+            if state["state"] == "done":
+                assert state["outcome"] == "ab"[agent]
+        logs.append(tuple(log))
+    assert len(set(logs)) == 1
+    assert logs[0] == ("a0", "b0", "b1", "a1", "a2", "b2", "b-end", "a-end")
+
+
+def test_a_parked_point_reports_agent_claim_and_footprint() -> None:
+    ctl = Controller(timeout=10)
+    ctl.reset(0)
+
+    def body() -> None:
+        ctl.begin_claim(2)
+        ctl.gate("vector", "vector.insert", {"ids": ["x"]}, [], [("vec:c", "x")])
+
+    state = ctl.start(3, body)
+    point = state["point"]
+    assert point["agent"] == 3 and point["claim"] == 2 and point["name"] == "vector.insert"
+    assert point["writes"] == [["vec:c", "x"]] and point["reads"] == []
+    assert ctl.release(3) == {"state": "done", "outcome": None}
+    assert ctl.executed[-1]["name"] == "vector.insert"
+
+
+def test_outside_an_agent_gates_pass_through() -> None:
+    ctl = Controller(timeout=1)
+    assert ctl.gate("test", "x", None) is None  # the server thread: no agent, no stop
+
+
+def test_an_agent_blocked_outside_a_gate_point_is_an_error_not_a_hang() -> None:
+    ctl = Controller(timeout=0.5)
+    ctl.reset(0)
+    lock = threading.Lock()
+
+    def holder() -> None:
+        with lock:
+            ctl.gate("test", "inside-the-lock")
+
+    def waiter() -> None:
+        ctl.gate("test", "before-the-lock")
+        with lock:  # held by the parked holder: not a gate point
+            pass
+
+    ctl.start(0, holder)
+    ctl.start(1, waiter)
+    with pytest.raises(GateTimeout, match="make that lock a gate point"):
+        ctl.release(1)
+    ctl.reset(1)  # wakes the holder with Abandoned; the waiter then gets the lock and ends
+
+
+def test_a_crashed_agent_never_runs_again_and_is_joined_on_reset() -> None:
+    ctl = Controller(timeout=10)
+    ctl.reset(0)
+    after: list[str] = []
+
+    def body() -> None:
+        ctl.gate("test", "first")
+        after.append("ran past the crash")
+
+    ctl.start(0, body)
+    assert ctl.crash(0) is True
+    assert ctl.crash(0) is False  # nothing parked any more
+    with pytest.raises(RuntimeError, match="not parked"):
+        ctl.release(0)
+    ctl.reset(1)
+    assert after == []
+    assert not any(t.is_alive() for t in threading.enumerate() if t.name == "toki-agent-0")
+
+
+def test_an_exception_in_the_library_is_the_agents_outcome() -> None:
+    ctl = Controller(timeout=10)
+    ctl.reset(0)
+
+    def body() -> None:
+        ctl.gate("test", "g")
+        raise ValueError("boom")
+
+    ctl.start(0, body)
+    assert ctl.release(0) == {"state": "done", "outcome": {"error": "ValueError: boom"}}

@@ -1,0 +1,68 @@
+"""`toki real` from the shell: run --json, replay, the missing-environment error, setup."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toki.errors import InvalidInput
+from toki.real.cli import main, parse_faults
+
+pytestmark = pytest.mark.real
+
+
+def toki(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "toki.cli", *args], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, **(env or {})}, check=False)
+
+
+def test_run_prints_the_promised_json_and_writes_only_into_out(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = toki("real", "run", "toki-memory", "--workload", "manager", "--strategy", "dpor",
+                "--budget", "50", "--seed", "0", "--check", "--json", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    for key in ("system", "version", "schedules", "exhausted", "anomalies", "witnesses"):
+        assert key in data
+    assert data["system"] == "toki-memory" and data["exhausted"] is True
+    assert set(data["anomalies"]) == {"N1", "N2", "N3"}
+    assert data["anomalies"]["N1"] > 0 and data["witnesses"]["N1"].startswith(str(out))
+    assert sorted(p.name for p in out.iterdir()) == ["toki-memory-N1.json"]
+    replay = toki("real", "replay", data["witnesses"]["N1"])
+    assert replay.returncode == 0, replay.stderr
+    assert "reproduced: True" in replay.stdout and "store.append" in replay.stdout
+
+
+def test_a_missing_environment_is_one_line_naming_the_setup_command(tmp_path: Path) -> None:
+    done = toki("real", "run", "mem0-1.0.11", "--workload", "manager", "--budget", "1",
+                env={"TOKI_REAL_CACHE": str(tmp_path)})
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "toki real setup mem0-1.0.11" in lines[0], done.stderr
+
+
+def test_setup_of_a_system_in_tokis_own_interpreter_needs_nothing() -> None:
+    assert main(["setup", "toki-sqlite", "--json"]) == 0
+
+
+def test_faults_and_bad_input_are_refused_clearly(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_faults("crash:2") == 2 and parse_faults(None) == 0
+    with pytest.raises(InvalidInput, match="crash:<n>"):
+        parse_faults("duplicate:0")
+    assert main(["run", "no-such-system", "--budget", "1"]) == 2
+    assert "unknown real system" in capsys.readouterr().err
+    assert main(["run", "toki-memory", "--workload", "nope"]) == 2
+    assert "unknown workload" in capsys.readouterr().err
+
+
+def test_list_names_every_system_and_its_environment(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    names = {s["name"] for s in data["systems"]}
+    assert names == {"mem0-1.0.11", "mem0-2.2.1", "toki-memory", "toki-sqlite"}
+    assert data["aliases"]["mem0-2.x"] == "mem0-2.2.1"

@@ -1,0 +1,256 @@
+"""`toki real`: set up a real library's environment, explore it, replay a witness.
+
+    toki real list
+    toki real setup SYSTEM|all [--force]
+    toki real run SYSTEM --workload manager --strategy dpor --budget N --seed S
+                  [--faults crash:1] [--check] [--json] [--out DIR]
+    toki real replay WITNESS [--json]
+
+Real runs write only into --out (default: a new temporary directory, printed), never into
+the checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from toki.errors import InvalidInput, TokiError
+
+__all__ = ["REAL_SCENARIOS", "main", "make_real_workload", "parse_faults"]
+
+
+def _scenarios() -> dict[str, Any]:
+    from toki.sim.workload import SimClaim, Workload
+
+    bob = SimClaim("alice:manager", "Bob", start=1, recorded=1, source="msg-1")
+    carol = SimClaim("alice:manager", "Carol", start=5, recorded=5, source="msg-2")
+    dave = SimClaim("alice:manager", "Dave", start=6, recorded=6, source="msg-3")
+    return {
+        # Bob first (agent 0), then Carol (agent 0) races Dave (agent 1): the issue's races
+        "manager-race": Workload("manager-race", ((bob, carol), (dave,))),
+        # the same fact delivered to two agents at once (mem0 2.x's duplicate)
+        "manager-twice": Workload("manager-twice", ((bob, carol), (carol,))),
+    }
+
+
+REAL_SCENARIOS = ("manager-race", "manager-twice")
+
+
+def make_real_workload(name: str | None, agents: int, claims: int, keys: int, seed: int) -> Any:
+    """A named scenario (toki's, or one of REAL_SCENARIOS) or a synthetic workload."""
+    from toki.sim.workload import SCENARIOS, scenario, synthetic
+
+    extra = _scenarios()
+    if name in extra:
+        return extra[name]
+    if name:
+        if name not in SCENARIOS:
+            raise InvalidInput(
+                "workload",
+                f"unknown workload {name!r}",
+                f"use one of {', '.join(sorted([*SCENARIOS, *extra]))}",
+            )
+        return scenario(name)
+    return synthetic(agents, claims, keys=keys, seed=seed)
+
+
+def parse_faults(text: str | None) -> int:
+    """`crash:N` (N crashes per agent) -> N; real runs offer no other fault."""
+    budget = 0
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        kind, _, arg = part.partition(":")
+        if kind != "crash" or not (arg or "1").isdigit():
+            raise InvalidInput(
+                "--faults",
+                f"{part!r} is not a fault of real runs",
+                "use crash:<n> (n crashes per agent, between gate points)",
+            )
+        budget = int(arg or 1)
+    return budget
+
+
+def _print(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from toki.real.envs import env_dir
+    from toki.real.systems import ALIASES, SYSTEMS
+
+    rows = []
+    for name, s in sorted(SYSTEMS.items()):
+        where = "toki's own interpreter" if s.lock is None else str(env_dir(name, s.lock))
+        ready = s.lock is None or (Path(where) / "ready.json").is_file()
+        rows.append({**s.describe(), "environment": where, "ready": ready})
+    if args.json:
+        _print({"systems": rows, "aliases": ALIASES})
+    else:
+        for r in rows:
+            state = "ready" if r["ready"] else "missing (toki real setup " + r["name"] + ")"
+            print(f"{r['name']:13} {r['title']}\n{'':13} environment: {state}")
+    return 0
+
+
+def _cmd_setup(args: argparse.Namespace) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from toki.real.systems import SYSTEMS, get_real_system, setup_system
+
+    if args.system == "all":
+        names = sorted(n for n, s in SYSTEMS.items() if s.lock is not None)
+    else:
+        names = [get_real_system(args.system).name]
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:  # pip runs in processes
+        futures = {n: pool.submit(setup_system, n, force=args.force) for n in names}
+    failed = {n: f.exception() for n, f in futures.items() if f.exception() is not None}
+    reports = [f.result().to_json() for n, f in futures.items() if n not in failed]
+    if args.json:
+        _print({"systems": reports, "failed": {n: str(e) for n, e in failed.items()}})
+    else:
+        for r in reports:
+            verb = "created" if r["created"] else "already there"
+            print(
+                f"{r['system']}: environment {verb} at {r['path']} "
+                f"({r['packages']} pinned packages, {r['seconds']:.1f} s)"
+            )
+    for n, exc in failed.items():
+        print(f"toki real setup: error: {n}: {exc}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from toki.check.runner import make_strategy
+    from toki.cli import _progress
+    from toki.real.explore import explore_real
+    from toki.real.systems import get_real_system, worker_python
+    from toki.systems.base import SimJudge
+
+    system = get_real_system(args.system)
+    worker_python(system)  # a missing environment is one line, before anything else
+    crash_budget = parse_faults(args.faults)
+    workload = make_real_workload(args.workload, args.agents, args.claims, args.keys, args.seed)
+    strategy = make_strategy(args.strategy, args.seed, args.depth, args.preemptions)
+    if args.budget < 1:
+        raise InvalidInput("--budget", f"{args.budget} < 1", "explore at least one schedule")
+    if not 0.0 <= args.p <= 1.0:
+        raise InvalidInput("--p", f"{args.p} is not a probability in [0, 1]")
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="toki-real-"))
+    judge = SimJudge(args.p, args.seed)
+    recovery = SimJudge(args.p, args.seed + 1)
+    with _progress(args, args.system, "schedule", args.budget) as bar:
+        report = explore_real(
+            system,
+            workload,
+            strategy,
+            judge,
+            recovery,
+            budget=args.budget,
+            seed=args.seed,
+            crash_budget=crash_budget,
+            check=args.check,
+            out=out,
+            gate_timeout=args.gate_timeout,
+            progress=bar.update,
+        )
+    data = report.to_json()
+    data["out"] = str(out)
+    if not args.check:
+        data.pop("anomalies")
+        data.pop("n1_causes")
+    if args.json:
+        _print(data)
+    else:
+        for key, value in data.items():
+            print(f"{key}: {value}")
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from toki.real.witness import RealWitness, explain_real, replay_real
+
+    witness = RealWitness.load(args.witness)
+    rr, verdict = replay_real(witness, gate_timeout=args.gate_timeout)
+    steps = explain_real(witness, rr, verdict)
+    if args.json:
+        _print(
+            {
+                "reproduced": verdict.found,
+                "verdict": verdict.to_json(),
+                "steps": steps,
+                "digest": rr.digest,
+            }
+        )
+    else:
+        print("\n".join(steps))
+        print(f"reproduced: {verdict.found}")
+    return 0 if verdict.found else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toki real", description="Drive real memory libraries under toki's scheduler."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    lst = sub.add_parser("list", help="the real systems and whether their environments exist")
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(handler=_cmd_list)
+
+    st = sub.add_parser("setup", help="create a system's environment from its lock file")
+    st.add_argument("system", help="a system name, or 'all' (every system with a lock file)")
+    st.add_argument("--force", action="store_true", help="recreate even if cached")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(handler=_cmd_setup)
+
+    run = sub.add_parser("run", help="explore a real system's schedules (and check them)")
+    run.add_argument("system")
+    run.add_argument("--workload", help="a named scenario (default: synthetic)")
+    run.add_argument("--agents", type=int, default=2)
+    run.add_argument("--claims", type=int, default=1, help="claims per agent (synthetic)")
+    run.add_argument("--keys", type=int, default=1, help="keys (synthetic)")
+    run.add_argument(
+        "--strategy", default="dpor", choices=["dpor", "random", "pct", "bounded", "exhaustive"]
+    )
+    run.add_argument("--budget", type=int, default=100, help="maximum schedules")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--p", type=float, default=0.5, help="judge's vote for the challenger")
+    run.add_argument("--depth", type=int, default=3, help="PCT depth")
+    run.add_argument("--preemptions", type=int, default=2, help="bounded DFS preemptions")
+    run.add_argument("--faults", help="crash:<n>: n crashes per agent between gate points")
+    run.add_argument("--check", action="store_true", help="check N1/N2/N3 on every schedule")
+    run.add_argument("--out", help="folder for witnesses (default: a new temporary folder)")
+    run.add_argument(
+        "--gate-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a released agent may run before reaching a gate point",
+    )
+    run.add_argument("--json", action="store_true")
+    run.add_argument("--quiet", action="store_true")
+    run.set_defaults(handler=_cmd_run)
+
+    rep = sub.add_parser("replay", help="re-run a real witness step by step")
+    rep.add_argument("witness")
+    rep.add_argument("--gate-timeout", type=float, default=60.0)
+    rep.add_argument("--json", action="store_true")
+    rep.set_defaults(handler=_cmd_replay)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        code: int = args.handler(args)
+        return code
+    except TokiError as exc:
+        print(f"toki real {args.command}: error: {exc}", file=sys.stderr)
+        return 2

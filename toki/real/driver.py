@@ -1,0 +1,394 @@
+"""Drive a real system through toki's explorer: gate points become explorer steps.
+
+`real_program` makes a `toki.sim.Program` whose agents are generators that talk to the
+worker: each yields one step per gate point its library call parks at (a `Local` with the
+point's footprint, or lock steps on the simulated store), and executing that step releases
+the call, which runs until the agent's next gate point. The engine, the strategies (random,
+PCT, bounded, DPOR), `replay_schedule` and the crash choices are toki's own, unchanged. A
+world is a fresh library instance (the worker's `open`), so any schedule re-runs from scratch.
+
+After a run, the library is observed through its own API (`RealRun`). `serial_beliefs` runs
+the real code serially over orders of committed claims (what N2 compares against).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from toki.canonical import canonical_json
+from toki.errors import InvalidInput, ProgramError, ScheduleError
+from toki.isolation import Isolation
+from toki.real.adapter import Picker, RealSystem
+from toki.real.errors import RealError, WorkerError
+from toki.real.gate import GatePoint, as_local, is_release, lock_steps
+from toki.real.session import Session
+from toki.real.systems import worker_python
+from toki.sim.engine import Choice, Execution
+from toki.sim.explore import Run, Stats, Strategy, record
+from toki.sim.program import Agent, Commit, Crash, Footprint, Program, Step, World
+from toki.sim.store import SimStore
+from toki.sim.workload import SimClaim, Workload
+from toki.systems.base import belief_hash
+
+__all__ = [
+    "LiveTrace",
+    "RealRun",
+    "SerialCache",
+    "finish_run",
+    "open_session",
+    "real_program",
+    "real_runs",
+    "run_plan",
+    "run_serially",
+    "serial_beliefs",
+    "serial_orders",
+    "unwrapped",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RealRun:
+    """One explored schedule of a real system, observed through the library's own API.
+
+    `trace` lists what happened at each gate point in order (the agent, the point, the
+    reply it was released with) and each crash; `timeline` is what a reader was served after
+    each step that wrote shared state; `recovered` is the worker's recovery output."""
+
+    schedule: tuple[Choice, ...]
+    trace: tuple[Mapping[str, Any], ...]
+    outcomes: tuple[Any, ...]
+    observation: Mapping[str, Any]
+    timeline: tuple[Mapping[str, Any], ...]
+    recovered: Any = None
+    footprints: tuple[Footprint, ...] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """Everything the run left, as plain JSON (what "byte-identical" compares)."""
+        return {
+            "schedule": list(self.schedule),
+            "trace": list(self.trace),
+            "outcomes": _plain(self.outcomes),
+            "observation": self.observation,
+            "timeline": list(self.timeline),
+            "recovered": self.recovered,
+        }
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(canonical_json(self.record).encode()).hexdigest()
+
+    @property
+    def state_digest(self) -> str:
+        """The library's final state alone (distinct states explored)."""
+        return hashlib.sha256(canonical_json(self.observation).encode()).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return repr(value)
+
+
+def _frozen(value: Any) -> Any:
+    """An outcome with a stable repr (lists become tuples)."""
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
+    return value
+
+
+class LiveTrace:
+    """The gate points and crashes of the world being run (one per program; a new world
+    starts a new trace)."""
+
+    def __init__(self) -> None:
+        self.trace: list[dict[str, Any]] = []
+
+
+def open_session(system: RealSystem, *, gate_timeout: float = 60.0) -> Session:
+    """A worker for `system` (EnvironmentMissing, naming the setup command, if not set up)."""
+    return Session(
+        system.name, worker_python(system), system.adapter, system.env, gate_timeout=gate_timeout
+    )
+
+
+def real_program(
+    system: RealSystem,
+    session: Session,
+    workload: Workload,
+    judge: Picker,
+    *,
+    seed: int = 0,
+    crash_budget: int = 0,
+    max_steps: int = 10_000,
+) -> tuple[Program, LiveTrace]:
+    """A program whose every world is a fresh instance of the library in `session`."""
+    live = LiveTrace()
+    config = system.host.config(workload)
+
+    def agent(i: int, inbox: Sequence[SimClaim]) -> Agent:
+        resp = session.call("start", agent=i, inbox=[c.to_json() for c in inbox])
+        pending: Step | None = None  # the model's lock release, after the real one
+        while resp["state"] == "parked" or pending is not None:
+            point = GatePoint.from_json(resp["point"]) if resp["state"] == "parked" else None
+            try:
+                if pending is not None:
+                    yield pending
+                    pending = None
+                    continue
+                assert point is not None
+                if point.kind != "lock":
+                    yield as_local(point)
+                elif is_release(point):
+                    # the release publishes what was written under the lock: the step that
+                    # runs it carries the point's footprint; the model's lock goes one step
+                    # later, so no agent can take the real lock before it is really free
+                    yield as_local(point)
+                    pending = Commit()
+                else:
+                    for step in lock_steps(point):
+                        result = yield step
+                        if isinstance(result, Exception):
+                            raise WorkerError(f"the lock model refused {point.name}: {result}")
+            except Crash:
+                session.call("crash", agent=i)
+                live.trace.append(
+                    {
+                        "crash": i,
+                        "before": None if point is None else point.name,
+                        "claim": None if point is None else point.claim,
+                    }
+                )
+                raise
+            reply = system.host.answer(point, judge)
+            live.trace.append(
+                {
+                    "agent": i,
+                    "point": point.name,
+                    "claim": point.claim,
+                    "detail": point.detail,
+                    "reply": reply,
+                }
+            )
+            resp = session.call("step", agent=i, reply=reply)
+        return _frozen(resp["outcome"])
+
+    def build() -> World:
+        session.call("open", seed=seed, config=config)
+        live.trace = []
+        agents = tuple(agent(i, inbox) for i, inbox in enumerate(workload.inboxes))
+        return World(SimStore(Isolation.READ_COMMITTED), agents, ())
+
+    name = f"{system.name}/{workload.name}"
+    return Program(name, build, crash_budget, max_steps), live
+
+
+def finish_run(
+    system: RealSystem, session: Session, live: LiveTrace, run: Run, recovery: Picker
+) -> RealRun:
+    """Observe the library after `run` ended (call before anything re-opens the session)."""
+    seen = session.call("observe")
+    recovered = session.call("recover", config={"p": recovery.p, "seed": recovery.seed})
+    return RealRun(
+        schedule=run.schedule,
+        trace=tuple(live.trace),
+        outcomes=run.outcomes,
+        observation=seen["observation"],
+        timeline=tuple(seen["timeline"]),
+        recovered=recovered.get("recovered"),
+        footprints=run.footprints,
+    )
+
+
+def real_runs(
+    system: RealSystem,
+    session: Session,
+    workload: Workload,
+    strategy: Strategy,
+    judge: Picker,
+    recovery: Picker,
+    *,
+    budget: int,
+    seed: int = 0,
+    crash_budget: int = 0,
+    stats: Stats | None = None,
+) -> Iterator[RealRun]:
+    """The strategy's schedules of the real system, each observed (at most `budget`)."""
+    if budget < 1:
+        raise InvalidInput("budget", f"{budget} < 1", "explore at least one schedule")
+    program, live = real_program(
+        system, session, workload, judge, seed=seed, crash_budget=crash_budget
+    )
+    stats = stats if stats is not None else Stats()
+    runs = strategy.runs(program, stats)
+    try:
+        count = 0
+        while True:
+            with unwrapped():
+                run = next(runs, None)
+            if run is None:
+                return
+            count += 1
+            yield finish_run(system, session, live, run, recovery)
+            if count >= budget:
+                return
+    finally:
+        close = getattr(runs, "close", None)
+        if close is not None:
+            close()
+
+
+@contextmanager
+def unwrapped() -> Iterator[None]:
+    """The engine reports an agent's exception as a ProgramError; a real-layer error
+    (network refused, worker failed) is re-raised as itself, with its own message."""
+    try:
+        yield
+    except ProgramError as exc:
+        if isinstance(exc.__cause__, RealError):
+            raise exc.__cause__ from None
+        raise
+
+
+# ---------------------------------------------------------------------------- targeted runs
+
+
+PlanItem = tuple[Choice, str | None, int | None]
+
+
+def run_plan(program: Program, plan: Sequence[PlanItem]) -> Run:
+    """A targeted schedule, described rather than spelled out: each (choice, point, claim)
+    runs agent `choice` until it is parked at the gate point named `point` while working on
+    its `claim`-th claim (None, None: until it finishes), or until it waits for a lock another
+    agent holds; a "crash:<i>" choice crashes agent i where it is parked. Then every agent
+    still running finishes, in index order, and any crash choice left is spent (too late to
+    matter). Returns the run, to replay or check."""
+    with unwrapped():
+        return _run_plan(program, plan)
+
+
+def _run_plan(program: Program, plan: Sequence[PlanItem]) -> Run:
+    ex = Execution(program, track=True)
+    for choice, point, claim in plan:
+        pid = ex.pid(choice)
+        if pid is None or pid not in ex.enabled():
+            raise ScheduleError(f"plan: {choice!r} is not enabled after {ex.schedule()!r}")
+        if pid >= ex.n:
+            ex.step(pid)
+            continue
+        while True:
+            ex.step(pid)
+            state = ex.agents[pid]
+            if state.done or (point is not None and _parked_at(state.pending, point, claim)):
+                break
+            if pid not in ex.enabled():
+                break  # it waits for a lock another agent holds: it can go no further
+    while en := ex.enabled():
+        ex.step(en[0])
+    return record(ex, "targeted")
+
+
+def _parked_at(step: Any, point: str, claim: int | None) -> bool:
+    gate = getattr(step, "detail", None) or getattr(step, "value", None)  # Local, lock Write
+    return (
+        isinstance(gate, GatePoint)
+        and gate.name == point
+        and (claim is None or gate.claim == claim)
+    )
+
+
+# ---------------------------------------------------------------------------- serial runs
+
+
+def serial_orders(
+    sequences: Sequence[Sequence[SimClaim]], limit: int
+) -> list[tuple[SimClaim, ...]] | None:
+    """Every interleaving of the agents' sequences that keeps each agent's own order (the
+    serial executions N2 compares with), or None when there are more than `limit`."""
+    total = _multinomial([len(s) for s in sequences])
+    if total > limit:
+        return None
+    out: list[tuple[SimClaim, ...]] = []
+
+    def merge(prefix: list[SimClaim], rest: list[Sequence[SimClaim]]) -> None:
+        live = [i for i, s in enumerate(rest) if s]
+        if not live:
+            out.append(tuple(prefix))
+            return
+        for i in live:
+            nxt = [s[1:] if j == i else s for j, s in enumerate(rest)]
+            merge([*prefix, rest[i][0]], nxt)
+
+    merge([], [list(s) for s in sequences])
+    return list(dict.fromkeys(out))
+
+
+def _multinomial(sizes: Sequence[int]) -> int:
+    out, n = 1, 0
+    for k in sizes:
+        for i in range(1, k + 1):
+            n += 1
+            out = out * n // i
+    return out
+
+
+def run_serially(
+    system: RealSystem,
+    session: Session,
+    workload: Workload,
+    order: Sequence[SimClaim],
+    judge: Picker,
+    seed: int,
+) -> Mapping[str, Any]:
+    """Run `order` through the real code in one agent, releasing every gate point at once;
+    returns the final observation."""
+    session.call("open", seed=seed, config=system.host.config(workload))
+    resp = session.call("start", agent=0, inbox=[c.to_json() for c in order])
+    while resp["state"] == "parked":
+        point = GatePoint.from_json(resp["point"])
+        resp = session.call("step", agent=0, reply=system.host.answer(point, judge))
+    observation: Mapping[str, Any] = session.call("observe")["observation"]
+    return observation
+
+
+@dataclass(slots=True)
+class SerialCache:
+    """Belief hashes of serial real runs, memoised by the order of claims."""
+
+    system: RealSystem
+    session: Session
+    workload: Workload
+    judge: Picker
+    seed: int
+    hashes: dict[tuple[str, ...], str] = field(default_factory=dict)
+    runs: int = 0
+    seconds: float = 0.0
+
+    def belief_hash(self, order: Sequence[SimClaim]) -> str:
+        key = tuple(canonical_json(c.to_json()) for c in order)
+        found = self.hashes.get(key)
+        if found is None:
+            t0 = time.perf_counter()
+            obs = run_serially(
+                self.system, self.session, self.workload, order, self.judge, self.seed
+            )
+            found = belief_hash(self.system.host.beliefs(obs, self.workload.keys))
+            self.hashes[key] = found
+            self.runs += 1
+            self.seconds += time.perf_counter() - t0
+        return found
+
+
+def serial_beliefs(cache: SerialCache, orders: Sequence[Sequence[SimClaim]]) -> set[str]:
+    return {cache.belief_hash(order) for order in orders}

@@ -1,0 +1,165 @@
+"""Explore a real system's schedules and check every one (`toki real run`)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toki.real.adapter import Picker, RealSystem
+from toki.real.checks import ANOMALIES, check_real
+from toki.real.driver import SerialCache, open_session, real_runs
+from toki.real.witness import RealWitness, explain_real, judge_to_json
+from toki.sim.explore import Stats, Strategy
+from toki.sim.workload import Workload
+
+__all__ = ["RealReport", "explore_real"]
+
+
+@dataclass(slots=True)
+class RealReport:
+    system: str
+    version: str
+    library: str
+    workload: str
+    strategy: str
+    budget: int
+    seed: int
+    crash_budget: int
+    model: str | None = None
+    schedules: int = 0
+    steps: int = 0
+    distinct_states: int = 0
+    exhausted: bool = False
+    seconds: float = 0.0
+    serial_runs: int = 0
+    anomalies: Counter[str] = field(default_factory=Counter)
+    causes: Counter[str] = field(default_factory=Counter)
+    witnesses: dict[str, RealWitness] = field(default_factory=dict)
+    witness_files: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, int] = field(default_factory=dict)  # the strategy's counters (DPOR's)
+
+    @property
+    def schedules_per_s(self) -> float:
+        return self.schedules / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "system": self.system,
+            "library": self.library,
+            "version": self.version,
+            "model": self.model,
+            "workload": self.workload,
+            "strategy": self.strategy,
+            "budget": self.budget,
+            "seed": self.seed,
+            "crash_budget": self.crash_budget,
+            "schedules": self.schedules,
+            "steps": self.steps,
+            "distinct_states": self.distinct_states,
+            "exhausted": self.exhausted,
+            "seconds": round(self.seconds, 3),
+            "schedules_per_s": round(self.schedules_per_s, 2),
+            "serial_runs": self.serial_runs,
+            "anomalies": {a: self.anomalies.get(a, 0) for a in ANOMALIES},
+            "n1_causes": dict(sorted(self.causes.items())),
+            "witnesses": dict(sorted(self.witness_files.items())),
+            "strategy_notes": dict(sorted(self.notes.items())),
+        }
+
+
+def explore_real(
+    system: RealSystem,
+    workload: Workload,
+    strategy: Strategy,
+    judge: Picker,
+    recovery: Picker,
+    *,
+    budget: int = 100,
+    seed: int = 0,
+    crash_budget: int = 0,
+    check: bool = True,
+    out: Path | None = None,
+    gate_timeout: float = 60.0,
+    progress: Callable[[int], None] | None = None,
+) -> RealReport:
+    """Run `strategy` on the real system for at most `budget` schedules; with `check`,
+    check N1/N2/N3 on each and keep the shortest witness of each anomaly (saved in `out`)."""
+    report = RealReport(
+        system.name,
+        system.version,
+        system.library,
+        workload.name,
+        strategy.name,
+        budget,
+        seed,
+        crash_budget,
+        system.model,
+    )
+    states: set[str] = set()
+    stats = Stats()
+    t0 = time.perf_counter()
+    with open_session(system, gate_timeout=gate_timeout) as session:
+        report.version = report.version or str(session.info.get("version", ""))
+        serial = SerialCache(system, session, workload, judge, seed)
+        runs = real_runs(
+            system,
+            session,
+            workload,
+            strategy,
+            judge,
+            recovery,
+            budget=budget,
+            seed=seed,
+            crash_budget=crash_budget,
+            stats=stats,
+        )
+        for rr in runs:
+            report.schedules += 1
+            report.steps += len(rr.schedule)
+            states.add(rr.state_digest)
+            if check:
+                for name, v in check_real(system, workload, rr, serial, recovery).items():
+                    if not v.found:
+                        continue
+                    report.anomalies[name] += 1
+                    if name == "N1":
+                        report.causes[str(v.details.get("cause"))] += 1
+                    best = report.witnesses.get(name)
+                    if best is None or len(rr.schedule) < len(best.schedule):
+                        w = RealWitness(
+                            system.name,
+                            report.version,
+                            name,
+                            workload,
+                            rr.schedule,
+                            judge_to_json(judge),
+                            judge_to_json(recovery),
+                            seed,
+                            crash_budget,
+                            strategy.name,
+                            v.keys,
+                            v.expected,
+                            v.observed,
+                            dict(v.details),
+                        )
+                        report.witnesses[name] = RealWitness(
+                            **{
+                                **{f: getattr(w, f) for f in RealWitness.__dataclass_fields__},
+                                "steps": tuple(explain_real(w, rr, v)),
+                            }
+                        )
+            if progress is not None:
+                progress(1)
+        report.serial_runs = serial.runs
+    report.exhausted = stats.exhausted
+    report.notes = dict(stats.notes)
+    report.seconds = time.perf_counter() - t0
+    report.distinct_states = len(states)
+    if out is not None:
+        for name, w in sorted(report.witnesses.items()):
+            report.witness_files[name] = str(w.save(out / f"{system.name}-{name}.json"))
+    return report

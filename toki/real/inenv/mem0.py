@@ -1,0 +1,395 @@
+"""mem0 (mem0ai 1.x and 2.x) on FAISS and its SQLite history, with every boundary gated.
+
+Built as a user would (`Memory.from_config` with the `faiss` vector store and a history
+file), except that the LLM and embedder factories return toki's stubs (no OpenAI client is
+ever built). Gate points and their footprints (resources; "*" = every key of the family):
+
+  llm.extract / llm.decide / llm.additive   none (the host answers from the workload's judge)
+  clock.now (mem0.memory.main)              reads and writes ("clock", None)
+  vector.search / vector.list / ...search   reads ("vec:<collection>", "*")
+  vector.get(id)                            reads ("vec:<collection>", id)
+  vector.insert(ids) / update(id) / delete  writes ("vec:<collection>", id) for each id
+  history.add / history.batch_add           writes ("history", memory id) for each row
+  history.get(memory id)                    reads ("history", memory id)
+  messages.get / messages.save (2.x)        reads / writes ("messages", scope) (+ clock: the
+                                            save stamps rows inside the storage lock)
+
+FAISS `update` calls `delete` then `insert` on itself: those are gate points too, so another
+agent can run between them (the research notes' non-atomic update). Thread pools: `add()`
+(1.x) submits its vector-store work to a ThreadPoolExecutor; inside an agent, submit runs the
+function inline (serialised), so each agent is one thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
+import importlib.metadata
+import os
+import shutil
+import tempfile
+import types
+import uuid as _uuid
+from typing import Any
+
+from . import stubs
+from .controller import CURRENT, Controller
+
+__all__ = ["Adapter"]
+
+CLAIM: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "toki_real_claim", default=None
+)
+PROMPT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "toki_real_prompt", default=None
+)
+FOUND: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar(
+    "toki_real_found", default=None
+)
+
+
+def subject(key: str) -> str:
+    """The mem0 user a workload key belongs to: 'alice:manager' -> 'alice'."""
+    return key.split(":", 1)[0] or "user"
+
+
+def message(claim: dict[str, Any]) -> str:
+    return f"{claim['key']} is {claim['value']}"
+
+
+class Llm:
+    """The LLM: every call is a gate point; the host's reply is the response text."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        self.config = types.SimpleNamespace(model="toki-real-stub", temperature=0.0)
+
+    def generate_response(self, messages: Any = None, *args: Any, **kw: Any) -> str:
+        prompt = PROMPT.get()
+        PROMPT.set(None)
+        claim = CLAIM.get()
+        detail: dict[str, Any]
+        if prompt is None:
+            purpose, detail = "extract", {"claim": claim}
+        else:
+            purpose = prompt["purpose"]
+            detail = {"claim": claim, **{k: v for k, v in prompt.items() if k != "purpose"}}
+            if purpose == "additive":
+                detail["found"] = FOUND.get() or []
+        reply = self.controller.gate("llm", f"llm.{purpose}", detail)
+        return str(reply) if reply is not None else "{}"
+
+
+def _vector_gates(controller: Controller, cls: Any) -> None:
+    """Wrap the FAISS store's methods (class level: the main and any entity collection)."""
+
+    def fam(self: Any) -> str:
+        return f"vec:{getattr(self, 'collection_name', '?')}"
+
+    def wrap(name: str, footprint: Any, after: Any = None) -> None:
+        original = getattr(cls, name, None)
+        if original is None:
+            return
+
+        @functools.wraps(original)
+        def gated(self: Any, *args: Any, **kw: Any) -> Any:
+            reads, writes, detail = footprint(self, args, kw)
+            controller.gate("vector", f"vector.{name}", detail, reads, writes)
+            out = original(self, *args, **kw)
+            if after is not None:
+                after(out)
+            return out
+
+        setattr(cls, name, gated)
+
+    def arg(args: Any, kw: Any, i: int, name: str, default: Any = None) -> Any:
+        return args[i] if len(args) > i else kw.get(name, default)
+
+    def scan(self: Any, args: Any, kw: Any) -> Any:
+        return [(fam(self), "*")], [], {"collection": getattr(self, "collection_name", "?")}
+
+    def one_read(self: Any, args: Any, kw: Any) -> Any:
+        vid = str(arg(args, kw, 0, "vector_id"))
+        return [(fam(self), vid)], [], {"id": vid}
+
+    def one_write(self: Any, args: Any, kw: Any) -> Any:
+        vid = str(arg(args, kw, 0, "vector_id"))
+        return [], [(fam(self), vid)], {"id": vid}
+
+    def insert(self: Any, args: Any, kw: Any) -> Any:
+        ids = arg(args, kw, 2, "ids") or []
+        payloads = arg(args, kw, 1, "payloads") or []
+        texts = [p.get("data") for p in payloads if isinstance(p, dict)]
+        return (
+            [],
+            [(fam(self), str(i)) for i in ids],
+            {"ids": [str(i) for i in ids], "texts": texts},
+        )
+
+    def remember(out: Any) -> None:  # the last search's hits, for the LLM call that follows
+        if CURRENT.get() is None or not isinstance(out, list):
+            return
+        found = []
+        for hit in out:
+            payload = getattr(hit, "payload", None) or {}
+            found.append({"text": payload.get("data"), "created_at": payload.get("created_at")})
+        FOUND.set(found)
+
+    wrap("search", scan, remember)
+    wrap("keyword_search", scan)
+    wrap("search_batch", scan)
+    wrap("list", scan)
+    wrap("get", one_read)
+    wrap("insert", insert)
+    wrap("update", one_write)
+    wrap("delete", one_write)
+
+
+def _history_gates(controller: Controller, cls: Any) -> None:
+    def wrap(name: str, footprint: Any) -> None:
+        original = getattr(cls, name, None)
+        if original is None:
+            return
+
+        @functools.wraps(original)
+        def gated(self: Any, *args: Any, **kw: Any) -> Any:
+            reads, writes, detail = footprint(args, kw)
+            controller.gate("history", _NAMES[name], detail, reads, writes)
+            return original(self, *args, **kw)
+
+        setattr(cls, name, gated)
+
+    def add(args: Any, kw: Any) -> Any:
+        mid = str(args[0] if args else kw.get("memory_id"))
+        event = args[3] if len(args) > 3 else kw.get("event")
+        return [], [("history", mid)], {"memory_id": mid, "event": event}
+
+    def batch(args: Any, kw: Any) -> Any:
+        records = args[0] if args else kw.get("records", [])
+        mids = [str(r.get("memory_id")) for r in records]
+        return [], [("history", m) for m in mids], {"memory_ids": mids}
+
+    def get(args: Any, kw: Any) -> Any:
+        mid = str(args[0] if args else kw.get("memory_id"))
+        return [("history", mid)], [], {"memory_id": mid}
+
+    def messages_get(args: Any, kw: Any) -> Any:
+        scope = str(args[0] if args else kw.get("session_scope"))
+        return [("messages", scope)], [], {"scope": scope}
+
+    def messages_save(args: Any, kw: Any) -> Any:
+        scope = str(args[1] if len(args) > 1 else kw.get("session_scope"))
+        return [("clock", None)], [("messages", scope), ("clock", None)], {"scope": scope}
+
+    wrap("add_history", add)
+    wrap("batch_add_history", batch)
+    wrap("get_history", get)
+    wrap("get_last_messages", messages_get)
+    wrap("save_messages", messages_save)
+
+
+_NAMES = {
+    "add_history": "history.add",
+    "batch_add_history": "history.batch_add",
+    "get_history": "history.get",
+    "get_last_messages": "messages.get",
+    "save_messages": "messages.save",
+}
+
+
+class _TickingDatetime(stubs.GatedDatetime):
+    """The storage module's clock: it is read while SQLiteManager holds its lock, so it must
+    not park there; it ticks inside the gated call, whose footprint declares the clock."""
+
+    gated = False
+
+
+def _inline_pools() -> None:
+    """Inside an agent, ThreadPoolExecutor.submit runs the function at once in the agent's
+    thread and returns a finished future (the agent stays one thread; order is fixed)."""
+    original = concurrent.futures.ThreadPoolExecutor.submit
+
+    def submit(self: Any, fn: Any, /, *args: Any, **kw: Any) -> Any:
+        if CURRENT.get() is None:
+            return original(self, fn, *args, **kw)
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kw))
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                raise
+            future.set_exception(exc)
+        return future
+
+    concurrent.futures.ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
+
+
+class Adapter:
+    """The in-environment half of the mem0 adapters (both major versions)."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        self.root = tempfile.mkdtemp(prefix="toki-real-mem0-")
+        os.environ.setdefault("MEM0_DIR", os.path.join(self.root, "mem0-home"))
+        import mem0.memory.main as main
+        import mem0.memory.storage as storage
+        import mem0.vector_stores.faiss as faiss_store
+        from mem0.utils import factory
+
+        self.version = importlib.metadata.version("mem0ai")
+        self.major = int(self.version.split(".")[0])
+        self.main = main
+        fake_uuid = types.SimpleNamespace(uuid4=stubs.uuid4, UUID=_uuid.UUID)
+        main.datetime = stubs.GatedDatetime
+        main.uuid = fake_uuid
+        storage.uuid = fake_uuid
+        if hasattr(storage, "datetime"):
+            storage.datetime = _TickingDatetime
+        faiss_store.uuid = fake_uuid
+        llm = Llm(controller)
+        self.dims = 64
+        embedder = stubs.Embedder(self.dims)
+        factory.LlmFactory.create = classmethod(lambda cls, *a, **k: llm)
+        factory.EmbedderFactory.create = classmethod(lambda cls, *a, **k: embedder)
+        self._capture_prompts(main)
+        _vector_gates(controller, faiss_store.FAISS)
+        _history_gates(controller, storage.SQLiteManager)
+        _inline_pools()
+        self.memory: Any = None
+        self.run_dir: str | None = None
+        self.users: list[str] = []
+
+    def _capture_prompts(self, main: Any) -> None:
+        """Keep the structured inputs of the decision prompt for the LLM stub (the prompt
+        text itself is long; the host needs the memories and facts it was built from)."""
+        if hasattr(main, "get_update_memory_messages"):
+            original = main.get_update_memory_messages
+
+            def update_messages(old: Any, facts: Any, *a: Any, **k: Any) -> Any:
+                PROMPT.set({"purpose": "decide", "existing": list(old), "facts": list(facts)})
+                return original(old, facts, *a, **k)
+
+            main.get_update_memory_messages = update_messages
+        if hasattr(main, "generate_additive_extraction_prompt"):
+            additive = main.generate_additive_extraction_prompt
+
+            def extraction_prompt(*a: Any, **k: Any) -> Any:
+                existing = k.get("existing_memories", a[0] if a else [])
+                PROMPT.set({"purpose": "additive", "existing": list(existing or [])})
+                return additive(*a, **k)
+
+            main.generate_additive_extraction_prompt = extraction_prompt
+
+    def describe(self) -> dict[str, Any]:
+        return {"library": "mem0ai", "version": self.version}
+
+    def open(self, config: dict[str, Any]) -> None:
+        self.close()
+        self.run_dir = tempfile.mkdtemp(dir=self.root)
+        self.users = list(config.get("users") or ["user"])
+        cfg = {
+            "vector_store": {
+                "provider": "faiss",
+                "config": {
+                    "path": os.path.join(self.run_dir, "faiss"),
+                    "collection_name": "toki",
+                    "embedding_model_dims": self.dims,
+                    "distance_strategy": "cosine",
+                },
+            },
+            "llm": {"provider": "openai", "config": {"api_key": "unused", "model": "stub"}},
+            "embedder": {
+                "provider": "openai",
+                "config": {"api_key": "unused", "embedding_dims": self.dims},
+            },
+            "history_db_path": os.path.join(self.run_dir, "history.db"),
+        }
+        self.memory = self.main.Memory.from_config(cfg)
+
+    def agent_main(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
+        out = []
+        for n, claim in enumerate(inbox):
+            self.controller.begin_claim(n)
+            CLAIM.set(claim)
+            try:
+                result = self.memory.add(message(claim), user_id=subject(str(claim["key"])))
+            except Exception as exc:  # an agent logs a failed add and goes on, as apps do
+                out.append([f"error: {type(exc).__name__}: {exc}"])
+                continue
+            rows = result.get("results", []) if isinstance(result, dict) else result
+            out.append(sorted(str(r.get("event")) for r in rows or []))
+        return out
+
+    def _all(self, user: str) -> list[dict[str, Any]]:
+        if self.major >= 2:
+            got = self.memory.get_all(filters={"user_id": user}, top_k=1000)
+        else:
+            got = self.memory.get_all(user_id=user, limit=1000)
+        rows = got.get("results", []) if isinstance(got, dict) else got
+        return [
+            {
+                "id": r.get("id"),
+                "text": r.get("memory"),
+                "created_at": r.get("created_at"),
+                "updated_at": r.get("updated_at"),
+                "user": user,
+            }
+            for r in rows
+        ]
+
+    def snapshot(self) -> dict[str, Any]:
+        """What a reader is served now: every live memory (the shape of `observe`'s)."""
+        memories = [m for u in self.users for m in self._all(u)]
+        memories.sort(key=lambda m: (str(m["created_at"]), str(m["id"])))
+        return {"memories": memories}
+
+    def observe(self) -> dict[str, Any]:
+        memories = [m for u in self.users for m in self._all(u)]
+        conn = self.memory.db.connection
+        rows = conn.execute(
+            "SELECT memory_id, old_memory, new_memory, event, created_at, updated_at, is_deleted"
+            " FROM history"
+        ).fetchall()
+        history = [
+            dict(
+                zip(
+                    ("memory_id", "old", "new", "event", "created_at", "updated_at", "is_deleted"),
+                    r,
+                    strict=True,
+                )
+            )
+            for r in rows
+        ]
+        history.sort(
+            key=lambda h: (
+                str(h["updated_at"] or h["created_at"]),
+                str(h["created_at"]),
+                str(h["memory_id"]),
+                str(h["event"]),
+            )
+        )
+        by_api = {}
+        for mid in sorted({str(h["memory_id"]) for h in history}):
+            by_api[mid] = [
+                {"event": h.get("event"), "old": h.get("old_memory"), "new": h.get("new_memory")}
+                for h in self.memory.history(mid)
+            ]
+        memories.sort(key=lambda m: (str(m["created_at"]), str(m["id"])))
+        return {"memories": memories, "history": history, "history_api": by_api}
+
+    def recover(self, config: dict[str, Any]) -> Any:
+        return None  # mem0 has no recovery procedure of its own: the host re-applies history
+
+    def on_crash(self, agent: int) -> None:
+        pass  # an abandoned mem0 call holds nothing another agent needs
+
+    def close(self) -> None:
+        if self.memory is not None:
+            with contextlib.suppress(Exception):
+                self.memory.close()
+            self.memory = None
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.run_dir = None

@@ -1,0 +1,147 @@
+"""The worker: serve the line-JSON protocol on stdin/stdout for one adapter.
+
+One request per line, one response per line, in order. A request is an object with "op";
+a response has "ok" (and "error", "error_type" when false) and "network": the connection
+attempts the guard refused since the previous response. Operations:
+
+  hello                          -> library, version, python, protocol
+  open {seed, config}            -> a fresh library instance (the previous run is discarded)
+  start {agent, inbox}           -> the agent's state: parked at a point, or done
+  step {agent, reply}            -> release the parked call (reply: e.g. the LLM's answer)
+  crash {agent}                  -> abandon the agent where it is parked
+  observe                        -> the library's state through its own API and records
+  recover {config}               -> what the library's own recovery rebuilds (if it has one)
+  close                          -> end the worker
+
+Agent state: {"state": "parked", "point": {agent, kind, name, detail, reads, writes}} or
+{"state": "done", "outcome": ...}. After a step whose point writes shared state the adapter's
+`snapshot()` is recorded (what a reader would be served at that moment: N3 needs it).
+
+The library's own prints go to stderr: the protocol owns the real stdout.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import shutil
+import sys
+import time
+from typing import Any
+
+from . import guard
+
+PROTOCOL = 1
+
+__all__ = ["PROTOCOL", "main"]
+
+
+def _writes_shared(point: dict[str, Any]) -> bool:
+    return any(w[0] != "clock" for w in point.get("writes", ())) or point.get("kind") == "lock"
+
+
+class Worker:
+    def __init__(self, adapter_name: str) -> None:
+        from . import stubs
+        from .controller import Controller
+
+        timeout = float(os.environ.get("TOKI_REAL_GATE_TIMEOUT", "60"))
+        self.controller = Controller(timeout)
+        stubs.install(self.controller)
+        module = importlib.import_module(f".{adapter_name}", __package__)
+        self.adapter: Any = module.Adapter(self.controller)
+        self.timeline: list[Any] = []
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        op = req.get("op")
+        ctl = self.controller
+        if op == "hello":
+            return {
+                "protocol": PROTOCOL,
+                "python": sys.version.split()[0],
+                **self.adapter.describe(),
+            }
+        if op == "open":
+            ctl.reset(int(req.get("seed", 0)))
+            self.adapter.open(dict(req.get("config") or {}))
+            self.timeline = []
+            return {}
+        if op == "start":
+            agent = int(req["agent"])
+            inbox = list(req.get("inbox") or [])
+            return ctl.start(agent, lambda: self.adapter.agent_main(agent, inbox))
+        if op == "step":
+            agent = int(req["agent"])
+            state = ctl.release(agent, req.get("reply"))
+            point = ctl.executed[-1]
+            if _writes_shared(point):
+                self.timeline.append(
+                    {"after": len(ctl.executed) - 1, "view": self.adapter.snapshot()}
+                )
+            return state
+        if op == "crash":
+            agent = int(req["agent"])
+            crashed = ctl.crash(agent)
+            if crashed:
+                self.adapter.on_crash(agent)
+            return {"crashed": crashed}
+        if op == "observe":
+            return {"observation": self.adapter.observe(), "timeline": self.timeline}
+        if op == "recover":
+            return {"recovered": self.adapter.recover(dict(req.get("config") or {}))}
+        if op == "close":
+            ctl.reset(0)
+            self.adapter.close()
+            root = getattr(self.adapter, "root", None)  # the adapter's scratch folder
+            if isinstance(root, str):
+                shutil.rmtree(root, ignore_errors=True)
+            # what the library does at exit (e.g. flush queued telemetry) happens now, while
+            # the guard can still report it
+            exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+            if exit_handlers is not None:
+                exit_handlers()
+            return {"closed": True}
+        raise ValueError(f"op: unknown operation {op!r}")
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m inenv ADAPTER", file=sys.stderr)
+        return 2
+    out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)  # anything the library prints goes to stderr
+    sys.stdout = sys.stderr
+    guard.install()
+
+    def send(resp: dict[str, Any]) -> None:
+        resp["network"] = guard.drain()
+        out.write(json.dumps(resp, sort_keys=True, default=str) + "\n")
+        out.flush()
+
+    try:
+        worker = Worker(argv[0])
+    except BaseException as exc:  # report why the library could not be loaded, then stop
+        send({"ok": False, "error": f"{type(exc).__name__}: {exc}", "error_type": "load"})
+        return 1
+    send({"ok": True, "ready": True})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        t0 = time.perf_counter()
+        try:
+            req = json.loads(line)
+            resp = {"ok": True, **worker.handle(req)}
+        except Exception as exc:
+            resp = {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "error_type": type(exc).__name__,
+            }
+            req = {}
+        resp["seconds"] = round(time.perf_counter() - t0, 6)
+        send(resp)
+        if req.get("op") == "close":
+            break
+    return 0

@@ -1,0 +1,159 @@
+"""The host's end of the line-JSON pipe to a worker running the library.
+
+A `Session` starts `python -m inenv ADAPTER` in the system's interpreter with `toki/real` on
+PYTHONPATH and a scrubbed environment (no proxies, no API keys, the system's telemetry
+switches, a private HOME), then exchanges one JSON object per line each way. Every response
+carries the network attempts the guard refused; any at all make the call raise
+`NetworkRefused`, naming the library's frame that tried.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from toki.real.errors import NetworkRefused, WorkerError
+
+__all__ = ["Session"]
+
+WORKER_ROOT = Path(__file__).resolve().parent  # contains the `inenv` package
+_KEEP = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT", "TMPDIR")
+
+
+class Session:
+    """One worker process; use as a context manager (or call `close`)."""
+
+    def __init__(
+        self,
+        system: str,
+        python: str,
+        adapter: str,
+        env: Mapping[str, str] | None = None,
+        *,
+        gate_timeout: float = 60.0,
+    ) -> None:
+        self.system = system
+        self._home = tempfile.TemporaryDirectory(prefix="toki-real-home-")
+        base = {k: os.environ[k] for k in _KEEP if k in os.environ}
+        base.update(
+            {
+                "PYTHONPATH": str(WORKER_ROOT),
+                "HOME": self._home.name,
+                "TZ": "UTC",
+                "PYTHONHASHSEED": "0",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "TOKI_REAL_GATE_TIMEOUT": str(gate_timeout),
+            }
+        )
+        base.update(env or {})
+        self._log: IO[str] = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives with the session
+            "w+", prefix=f"toki-real-{system}-", suffix=".log", delete=False
+        )
+        self.log_path = self._log.name
+        self.keep_log = False  # set when something failed: the log explains it
+        try:
+            self._proc = subprocess.Popen(
+                [python, "-u", "-m", "inenv", adapter],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+                env=base,
+                text=True,
+                encoding="utf-8",
+                cwd=self._home.name,
+            )
+        except OSError as exc:
+            raise WorkerError(f"system {system!r}: cannot start {python}: {exc}") from exc
+        ready = self._read()
+        if not ready.get("ok"):
+            raise WorkerError(
+                f"system {system!r}: the worker could not load the library: "
+                f"{ready.get('error')} (log: {self.log_path})"
+            )
+        self.info = self.call("hello")
+
+    def _read(self) -> dict[str, Any]:
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            self.keep_log = True
+            code = self._proc.poll()
+            raise WorkerError(
+                f"system {self.system!r}: the worker ended (exit {code}); last log lines:\n"
+                + self._tail()
+            )
+        try:
+            data: dict[str, Any] = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise WorkerError(
+                f"system {self.system!r}: out-of-protocol line from the worker: {line[:200]!r}"
+            ) from exc
+        attempts = data.get("network") or []
+        if attempts:
+            raise NetworkRefused(self.system, list(attempts))
+        return data
+
+    def _tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def call(self, op: str, **fields: Any) -> dict[str, Any]:
+        """Send one request and return its response; a refused request raises WorkerError."""
+        if self._proc.poll() is not None:
+            raise WorkerError(f"system {self.system!r}: the worker is not running")
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(json.dumps({"op": op, **fields}, default=str) + "\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise WorkerError(
+                f"system {self.system!r}: the worker went away ({exc}); last log lines:\n"
+                + self._tail()
+            ) from exc
+        data = self._read()
+        if not data.get("ok"):
+            self.keep_log = True
+            raise WorkerError(
+                f"system {self.system!r}: {op} failed in the worker: {data.get('error')} "
+                f"(log: {self.log_path})"
+            )
+        return data
+
+    def close(self, *, quiet: bool = False) -> None:
+        """End the worker. Network attempts it reports while closing (telemetry flushed at
+        exit) raise NetworkRefused unless `quiet` (an error is already on its way)."""
+        refused: NetworkRefused | None = None
+        if self._proc.poll() is None:
+            try:
+                self.call("close")
+            except NetworkRefused as exc:
+                refused = exc
+            except WorkerError:
+                pass
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        for stream in (self._proc.stdin, self._proc.stdout):
+            if stream is not None:
+                stream.close()
+        self._log.close()
+        if not self.keep_log:
+            Path(self.log_path).unlink(missing_ok=True)
+        self._home.cleanup()
+        if refused is not None and not quiet:
+            raise refused
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        self.close(quiet=kind is not None)

@@ -1,0 +1,154 @@
+"""The real systems toki can drive, by name (`toki real run SYSTEM`)."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Callable
+
+from toki.errors import InvalidInput
+from toki.real.adapter import RealSystem
+from toki.real.adapters.mem0 import Mem0Host
+from toki.real.adapters.toki_memory import TokiHost
+from toki.real.envs import SetupReport, python_for, setup
+from toki.real.errors import SetupFailed
+
+__all__ = ["ALIASES", "SYSTEMS", "get_real_system", "setup_system", "worker_python"]
+
+_MEM0_ENV = {"MEM0_TELEMETRY": "False"}
+_MEM0_GATES = (
+    "LLM: generate_response (fact extraction, the update decision / additive extraction)",
+    "clock: datetime.now in mem0.memory.main (a gate point), in storage (inside its call)",
+    "uuid4 in mem0.memory.main, storage and the FAISS store (one stream per agent)",
+    "FAISS: search, list, keyword_search, search_batch, get, insert, update, delete",
+    "SQLite history: add_history, batch_add_history, get_history; messages (2.x)",
+    "thread pools: ThreadPoolExecutor.submit runs inline inside an agent (serialised)",
+)
+
+SYSTEMS: dict[str, RealSystem] = {
+    "mem0-1.0.11": RealSystem(
+        name="mem0-1.0.11",
+        title="mem0ai 1.0.11 (LLM judge: ADD/UPDATE/DELETE/NONE), FAISS + SQLite history",
+        library="mem0ai",
+        version="1.0.11",
+        module="mem0",
+        adapter="mem0",
+        host=Mem0Host(1),
+        lock="mem0-1.0.11.txt",
+        env=_MEM0_ENV,
+        model="mem0-1.0.11",
+        intercepted=_MEM0_GATES,
+        simplified=(
+            "the LLM answers from the workload's judge with the model's question text "
+            "(one fact per message, '<key> is <value>')",
+            "embeddings are feature-hashed words (64 dims): retrieval finds a key's memories "
+            "because they share its words, not by meaning",
+            "graph memory off (no graph store configured), as in a default configuration",
+        ),
+    ),
+    "mem0-2.2.1": RealSystem(
+        name="mem0-2.2.1",
+        title="mem0ai 2.2.1 (add-only phased pipeline), FAISS + SQLite history",
+        library="mem0ai",
+        version="2.2.1",
+        module="mem0",
+        adapter="mem0",
+        host=Mem0Host(2),
+        lock="mem0-2.2.1.txt",
+        env=_MEM0_ENV,
+        model="mem0-2.0.18",
+        intercepted=_MEM0_GATES,
+        simplified=(
+            "the extraction LLM answers from the workload's judge with the model's question "
+            "text (a fact, or a transition '<key> changed from X to <value>')",
+            "embeddings are feature-hashed words (64 dims)",
+            "spaCy is not installed (as with a plain `pip install mem0ai`): lemmatisation "
+            "and entity linking are inert, so the entity store stays empty",
+        ),
+    ),
+    "toki-memory": RealSystem(
+        name="toki-memory",
+        title="toki Memory, in-process store shared by the agents' threads (EWM + judge)",
+        library="toki",
+        version="",
+        module="toki",
+        adapter="toki_memory",
+        host=TokiHost("memory"),
+        model="toki",
+        intercepted=(
+            "EventStore: append, load, last_seq, load_projection (all ordered: the shared "
+            "facade's state changes between them)",
+            "the judge: every question Memory.write asks (EWM's score)",
+        ),
+        simplified=("claims' valid and recording times are the workload's day and tick numbers",),
+    ),
+    "toki-sqlite": RealSystem(
+        name="toki-sqlite",
+        title="toki Memory, one facade per agent over one SQLite file (EWM + judge)",
+        library="toki",
+        version="",
+        module="toki",
+        adapter="toki_memory",
+        host=TokiHost("sqlite"),
+        model="toki",
+        intercepted=(
+            "EventStore: append, load, last_seq, load_projection on the shared file",
+            "write_lock (BEGIN IMMEDIATE) as a lock the scheduler models",
+            "the judge: every question Memory.write asks (EWM's score)",
+        ),
+        simplified=("claims' valid and recording times are the workload's day and tick numbers",),
+        crashes="an agent abandoned between two gate points; its connection is closed, so "
+        "SQLite rolls back its open transaction (what a dead process leaves)",
+    ),
+}
+
+ALIASES = {"mem0-2.x": "mem0-2.2.1", "mem0-1.x": "mem0-1.0.11", "toki": "toki-memory"}
+
+
+def get_real_system(name: str) -> RealSystem:
+    try:
+        return SYSTEMS[ALIASES.get(name, name)]
+    except KeyError:
+        raise InvalidInput(
+            "system",
+            f"unknown real system {name!r}",
+            f"use one of {', '.join(sorted(SYSTEMS))} (aliases: {', '.join(sorted(ALIASES))})",
+        ) from None
+
+
+def worker_python(system: RealSystem) -> str:
+    """The interpreter of the system's environment (EnvironmentMissing when not set up)."""
+    return python_for(system.name, system.lock)
+
+
+def _check_import(system: RealSystem) -> Callable[[str], None]:
+    def check(python: str) -> None:
+        code = (
+            "import importlib.metadata as m, importlib; "
+            f"importlib.import_module({system.module!r}); "
+            f"print(m.version({system.library!r}))"
+        )
+        with tempfile.TemporaryDirectory() as home:
+            done = subprocess.run(
+                [python, "-c", code],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env={**system.env, "HOME": home, "PATH": "/usr/bin:/bin"},
+                check=False,
+            )
+        got = done.stdout.strip().splitlines()[-1:] if done.stdout else []
+        if done.returncode != 0 or got != [system.version]:
+            raise SetupFailed(
+                f"system {system.name!r}: {system.library} did not import at version "
+                f"{system.version} in the new environment: "
+                + (done.stderr.strip().splitlines()[-1] if done.stderr.strip() else repr(got))
+            )
+
+    return check
+
+
+def setup_system(name: str, *, force: bool = False) -> SetupReport:
+    system = get_real_system(name)
+    check = _check_import(system)
+    return setup(system.name, system.lock, check=check, force=force)

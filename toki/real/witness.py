@@ -1,0 +1,238 @@
+"""Real witnesses: the exact gate-point schedule that showed an anomaly on the real code,
+and `replay_real`, which re-runs it and tells it step by step (`toki real replay`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toki.check.anomalies import Verdict
+from toki.errors import InvalidInput
+from toki.real.adapter import Picker, RealSystem, ScriptedJudge
+from toki.real.checks import check_real
+from toki.real.driver import (
+    RealRun,
+    SerialCache,
+    finish_run,
+    open_session,
+    real_program,
+    unwrapped,
+)
+from toki.real.systems import get_real_system
+from toki.sim.explore import replay_schedule
+from toki.sim.workload import Workload
+from toki.systems.base import SimJudge
+
+__all__ = ["RealWitness", "explain_real", "judge_from_json", "judge_to_json", "replay_real"]
+
+FORMAT = "toki-real-witness"
+
+
+def judge_to_json(judge: Picker) -> dict[str, Any]:
+    if isinstance(judge, ScriptedJudge):
+        return {
+            "kind": "scripted",
+            "script": [list(s) for s in judge.script],
+            "default": judge.default,
+            "p": judge.p,
+            "seed": judge.seed,
+        }
+    return {"kind": "sim", "p": judge.p, "seed": judge.seed}
+
+
+def judge_from_json(data: Mapping[str, Any]) -> Picker:
+    if data.get("kind") == "scripted":
+        return ScriptedJudge(
+            tuple((str(a), str(b)) for a, b in data.get("script", ())),
+            data.get("default"),
+            float(data.get("p", 1.0)),
+            int(data.get("seed", 0)),
+        )
+    return SimJudge(float(data.get("p", 0.5)), int(data.get("seed", 0)))
+
+
+@dataclass(frozen=True, slots=True)
+class RealWitness:
+    system: str
+    version: str
+    anomaly: str
+    workload: Workload
+    schedule: tuple[Any, ...]
+    judge: Mapping[str, Any]
+    recovery: Mapping[str, Any]
+    seed: int = 0
+    crash_budget: int = 0
+    strategy: str = "dpor"
+    keys: tuple[str, ...] = ()
+    expected: Any = None
+    observed: Any = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    steps: tuple[str, ...] = ()  # the story, as told when it was found
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": 1,
+            "system": self.system,
+            "library_version": self.version,
+            "anomaly": self.anomaly,
+            "workload": self.workload.to_json(),
+            "schedule": list(self.schedule),
+            "judge": dict(self.judge),
+            "recovery": dict(self.recovery),
+            "seed": self.seed,
+            "crash_budget": self.crash_budget,
+            "strategy": self.strategy,
+            "keys": list(self.keys),
+            "expected": self.expected,
+            "observed": self.observed,
+            "details": dict(self.details),
+            "steps": list(self.steps),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RealWitness:
+        if data.get("format") != FORMAT:
+            raise InvalidInput(
+                "witness",
+                f"not a real witness (format != {FORMAT})",
+                "model witnesses replay with `toki replay`",
+            )
+        return cls(
+            system=str(data["system"]),
+            version=str(data.get("library_version", "")),
+            anomaly=str(data["anomaly"]),
+            workload=Workload.from_json(data["workload"]),
+            schedule=tuple(data["schedule"]),
+            judge=dict(data.get("judge") or {}),
+            recovery=dict(data.get("recovery") or {}),
+            seed=int(data.get("seed", 0)),
+            crash_budget=int(data.get("crash_budget", 0)),
+            strategy=str(data.get("strategy", "dpor")),
+            keys=tuple(data.get("keys", ())),
+            expected=data.get("expected"),
+            observed=data.get("observed"),
+            details=dict(data.get("details") or {}),
+            steps=tuple(data.get("steps", ())),
+        )
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=2, sort_keys=True, default=str) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> RealWitness:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InvalidInput("witness", f"cannot read {path}: {exc}") from exc
+        try:
+            return cls.from_json(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInput("witness", f"{path} is malformed: {exc}") from exc
+
+
+def replay_real(w: RealWitness, *, gate_timeout: float = 60.0) -> tuple[RealRun, Verdict]:
+    """Re-run the witness's schedule on the real code and check its anomaly again."""
+    system = get_real_system(w.system)
+    judge, recovery = judge_from_json(w.judge), judge_from_json(w.recovery)
+    with open_session(system, gate_timeout=gate_timeout) as session:
+        program, live = real_program(
+            system, session, w.workload, judge, seed=w.seed, crash_budget=w.crash_budget
+        )
+        with unwrapped():
+            run = replay_schedule(program, w.schedule)
+        rr = finish_run(system, session, live, run, recovery)
+        serial = SerialCache(system, session, w.workload, judge, w.seed)
+        verdict = check_real(system, w.workload, rr, serial, recovery, (w.anomaly,))[w.anomaly]
+    return rr, verdict
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe(entry: Mapping[str, Any]) -> str:
+    """One gate point of the trace in words."""
+    if "crash" in entry:
+        return f"agent {entry['crash']} CRASHES, parked before {entry.get('before')}"
+    agent, point = entry.get("agent"), str(entry.get("point"))
+    raw = entry.get("detail")
+    detail: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    reply = entry.get("reply")
+    claim = detail.get("claim") if isinstance(detail.get("claim"), Mapping) else None
+    what = f"{claim['key']}={claim['value']}" if claim else ""
+    if point.startswith(("llm.", "judge.")):
+        seen = [e.get("text") for e in detail.get("existing") or []] or [
+            c.get("value") for c in detail.get("candidates") or []
+        ]
+        answer = reply
+        if isinstance(reply, str):
+            try:
+                answer = json.loads(reply)
+            except json.JSONDecodeError:
+                answer = reply
+        if isinstance(answer, Mapping) and "memory" in answer:
+            answer = [f"{m.get('event', 'ADD')} {m.get('text')!r}" for m in answer["memory"]]
+        return (
+            f"agent {agent} asks the LLM ({point}) about {what or '-'}"
+            f"{f', seeing {seen}' if seen else ''} -> {_short(answer)}"
+        )
+    if point == "clock.now":
+        return f"agent {agent} reads the clock"
+    if point == "vector.insert":
+        return f"agent {agent} inserts {detail.get('texts')} into the vector store"
+    if point in ("vector.update", "vector.delete", "vector.get"):
+        return f"agent {agent} {point.split('.')[1]}s memory {str(detail.get('id'))[:8]}"
+    if point.startswith("vector."):
+        return f"agent {agent} {point.split('.')[1]}es the vector store"
+    if point.startswith("history."):
+        mid = detail.get("memory_id") or detail.get("memory_ids")
+        return (
+            f"agent {agent} writes history ({point}) {detail.get('event') or ''} {_short(mid, 40)}"
+        )
+    return f"agent {agent} at {point} {_short(detail, 60) if detail else ''}".rstrip()
+
+
+def explain_real(w: RealWitness, rr: RealRun, verdict: Verdict | None = None) -> list[str]:
+    """The run gate point by gate point, then what the check found."""
+    lines = [
+        f"{w.anomaly} in {w.system} ({w.version or 'toki'}), workload {w.workload.name}: "
+        f"keys {', '.join(w.keys) or '-'}",
+        f"schedule ({len(w.schedule)} choices): {list(w.schedule)}",
+        "gate points, in the order they ran:",
+    ]
+    lines += [f"  {i:3d} {_describe(e)}" for i, e in enumerate(rr.trace)]
+    v = verdict
+    lines.append(f"expected {_short(w.expected if v is None else v.expected, 200)}")
+    lines.append(f"observed {_short(w.observed if v is None else v.observed, 200)}")
+    lines.append(_moral(w.anomaly))
+    return lines
+
+
+def _moral(anomaly: str) -> str:
+    if anomaly == "N1":
+        return (
+            "why: rebuilding from what the library durably recorded gives other beliefs "
+            "than the live state (a change that never reached the record, or a decision "
+            "re-made differently)"
+        )
+    if anomaly == "N2":
+        return (
+            "why: no serial run of the real code over the committed claims, in any order "
+            "that keeps each agent's own order, ends with these beliefs"
+        )
+    return (
+        "why: a value a reader was served is in no current memory, history row or audit "
+        "row any more: no query can produce it"
+    )
+
+
+def describe_system(system: RealSystem) -> dict[str, Any]:
+    return system.describe()
