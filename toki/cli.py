@@ -273,11 +273,12 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(rows)
     else:
+        from toki.experiments.matrix import short
+
         for r, full in zip(rows, result.rows, strict=True):
             print(
-                f"{r['system']:16} {r['anomaly']} {r['verdict']:8} {r['rate']:>6} "
-                f"[{r['ci_low']}, {r['ci_high']}] n={r['runs']:>5} {r['mode']:10} "
-                f"{r['witness'] or full['reason']}"
+                f"{r['system']:16} {r['faults']:5} {r['anomaly']:2} {short(full):32} "
+                f"n={r['runs']:>5} {r['mode']:10} {r['witness'] or full['reason']}"
             )
         print(f"wrote {args.out}/matrix.csv, .md, .tex, .png in {result.seconds:.1f} s")
     return 0

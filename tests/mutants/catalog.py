@@ -342,9 +342,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "judge-verdict-not-logged",
         "EWM's judge verdict is not written to the keyed log",
-        "N1",
+        "RD",
         lambda: _model_mutant(
-            JudgeNotLogged("EWM"), TokiModel("EWM"), _race(), Isolation.SNAPSHOT, "N1"
+            JudgeNotLogged("EWM"), TokiModel("EWM"), _race(), Isolation.SNAPSHOT, "RD"
         ),
     ),
     Mutant(
@@ -409,9 +409,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "await-blind-insert",
         "AWAIT inserts with a blind write instead of a conditional statement",
-        "N1",
+        "RD",
         lambda: _model_mutant(
-            BlindAwait("AWAIT"), TokiModel("AWAIT"), _race(), Isolation.READ_COMMITTED, "N1"
+            BlindAwait("AWAIT"), TokiModel("AWAIT"), _race(), Isolation.READ_COMMITTED, "RD"
         ),
     ),
     Mutant(

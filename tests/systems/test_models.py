@@ -11,7 +11,14 @@ import pytest
 from toki.check.anomalies import check_run
 from toki.sim import DPOR, iter_runs
 from toki.sim.workload import SimClaim, Workload, scenario
-from toki.systems.base import SimJudge, SystemModel, build_program, run_serially
+from toki.systems.base import (
+    Records,
+    SimJudge,
+    SystemModel,
+    abstentions,
+    build_program,
+    run_serially,
+)
 from toki.systems.memoryos import MemoryOSModel
 from toki.systems.registry import SYSTEMS, get_system
 
@@ -87,12 +94,12 @@ def test_mem0_judge_update_writes_old_value_to_history() -> None:
 
 def test_mem0_judge_history_order_diverges_from_vector_store() -> None:
     """Vector write and history insert are separate stores: concurrent adds can record
-    history in another order than the points were written, so re-applying it differs (N1,
-    with no LLM involved); both agents see an empty store and ADD: a duplicate-value state
-    no serial order gives (N2)."""
+    history in another order than the points were written, so re-applying it differs with
+    no LLM involved (RD, not N1: recovery never asks the judge); both agents see an empty
+    store and ADD: a duplicate-value state no serial order gives (N2)."""
     system = get_system("mem0-1.0.11")
-    runs, hits, _ = found(system, scenario("lisbon-berlin"), ALWAYS, ALWAYS)
-    assert runs > 1 and hits["N1"] > 0 and hits["N2"] > 0
+    runs, hits, _ = found(system, scenario("lisbon-berlin"), ALWAYS, SimJudge(0.5, 99))
+    assert runs > 1 and hits["RD"] > 0 and hits["N2"] > 0 and hits["N1"] == 0
 
 
 def test_mem0_add_only_dedup_race_duplicates() -> None:
@@ -130,11 +137,11 @@ def test_graphiti_keeps_invalidated_edges() -> None:
 
 def test_zep_replay_clock_reorders_valid_time() -> None:
     """Zep CE stamps reference_time at ingestion: a replay in message-id order can give
-    another valid-time order than the live worker's, so N1 occurs even with a judge that
-    answers identically at replay."""
+    another valid-time order than the live worker's, so recovery diverges even with a judge
+    that answers identically at replay (RD; with an identical judge there is no N1)."""
     system = get_system("zep")
     _, hits, _ = found(system, scenario("manager"), ALWAYS, ALWAYS, budget=300)
-    assert hits["N1"] > 0
+    assert hits["RD"] > 0 and hits["N1"] == 0
 
 
 # ---------------------------------------------------------------------------- others
@@ -154,25 +161,27 @@ def test_worlddb_no_anomaly_and_no_resolution() -> None:
 def test_mirix_abstains_on_n1_and_hard_delete_erases() -> None:
     system = get_system("mirix")
     _, hits, abstained = found(system, SEQUENTIAL, ALWAYS, ALWAYS)
-    assert abstained["N1"] > 0 and hits["N1"] == 0
+    assert abstained["N1"] > 0 and abstained["RD"] > 0 and hits["N1"] == hits["RD"] == 0
     assert hits["N3"] > 0  # semantic_memory_update hard-deletes Bob
 
 
 def test_letta_shared_block_lost_update() -> None:
     """Two agents append different facts to one shared block from step-start snapshots:
     the later write drops the other's line (N2); replaying the recorded tool calls restores
-    both (N1); the tool-call messages keep the dropped value, so no erasure (N3)."""
+    both, without asking the LLM (RD, not N1); the tool-call messages keep the dropped value,
+    so no erasure (N3)."""
     system = get_system("letta")
     city = SimClaim("alice:city", "Lisbon", start=1, recorded=2, source="msg-3")
     workload = Workload("shared-block", ((BOB,), (city,)))
-    runs, hits, _ = found(system, workload, NEVER, NEVER)
-    assert 0 < hits["N2"] < runs and hits["N1"] > 0 and hits["N3"] == 0
+    runs, hits, _ = found(system, workload, NEVER, SimJudge(0.5, 99))
+    assert 0 < hits["N2"] < runs and hits["RD"] > 0 and hits["N1"] == hits["N3"] == 0
 
 
 def test_langgraph_store_overwrites() -> None:
     system = get_system("langgraph-store")
-    _, hits, _ = found(system, scenario("manager"), NEVER, NEVER)
-    assert hits["N3"] > 0 and hits["N1"] == 0 and hits["N2"] == 0
+    _, hits, abstained = found(system, scenario("manager"), NEVER, NEVER)
+    assert hits["N3"] > 0 and hits["N2"] == 0
+    assert abstained["N1"] > 0 and abstained["RD"] > 0  # no op log: nothing to rebuild from
 
 
 def test_memoryos_eviction_erases_only_when_the_deque_is_full() -> None:
@@ -187,13 +196,13 @@ def test_memos_hard_update_erases_fuse_archives() -> None:
     _, cannot, abstained = found(system, SEQUENTIAL, NEVER, NEVER)
     _, fuse, _ = found(system, SEQUENTIAL, ALWAYS, ALWAYS)
     assert cannot["N3"] > 0 and fuse["N3"] == 0
-    assert abstained["N1"] > 0 and abstained["N2"] > 0
+    assert abstained["N1"] > 0 and abstained["RD"] > 0 and abstained["N2"] > 0
 
 
 def test_a_mem_keeps_nothing_durable() -> None:
     system = get_system("a-mem")
     _, hits, _ = found(system, SEQUENTIAL, NEVER, NEVER)
-    assert hits["N1"] > 0 and hits["N3"] == 0
+    assert hits["RD"] > 0 and hits["N1"] == 0 and hits["N3"] == 0  # a restart starts empty
 
 
 # ---------------------------------------------------------------------------- every model
@@ -204,7 +213,10 @@ def test_describe_names_sources_and_release(name: str) -> None:
     info = get_system(name).describe()
     assert info["name"] == name or name == "toki"  # "toki" is the EWM configuration
     assert info["release"] and info["sources"] and info["encodes"]
-    assert set(info["abstains"]) <= {"N1", "N2", "N3"}
+    assert set(info["abstains"]) <= {"N1", "RD", "N2", "N3"}
+    assert info["abstains"] == abstentions(Records(**info["records"]))  # the rule, not a hand
+    if "N1" in info["abstains"] or "RD" in info["abstains"]:
+        assert info["abstains"].get("N1") == info["abstains"].get("RD")
 
 
 @pytest.mark.parametrize("name", sorted(SYSTEMS))

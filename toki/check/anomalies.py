@@ -1,12 +1,21 @@
-"""The three write-time anomalies, checked on a recorded simulator run of a system model.
+"""The write-time anomalies, checked on a recorded simulator run of a system model.
 
-- N1 replay inconsistency: the system's own recovery procedure, run on what it durably
-  recorded (with a fresh, unpinned judge), rebuilds a different belief state than the live
-  run ended with.
+- N1 replay inconsistency (the TOKI paper's definition): re-adjudication with a fresh judge
+  yields a different winner. The system's own recovery procedure is run twice on what it
+  durably recorded, once with the live judge pinned (same seed) and once with a fresh,
+  unpinned judge; N1 holds when the two rebuild different beliefs. A recovery that never asks
+  the judge cannot show it (the number of judge calls is reported with every verdict).
+- RD recovery divergence: the recovery with the pinned judge already differs from the live
+  state, for a reason other than the judge (a different order, a lost or half-written record,
+  nothing durable). N1 or RD holds exactly when the fresh-judge recovery differs from the
+  live state.
 - N2 belief-drift skew: the committed belief state is not the belief state of any serial
-  execution of the same committed claims (lost evidence update, write skew on one
-  (subject, predicate) partition, a duplicated current row); the drift magnitude is the
-  evidence weight the live state lacks compared with the closest serial state.
+  execution of the same committed claims, in an order that respects each agent's own order
+  (lost evidence update, write skew on one (subject, predicate) partition, a duplicated
+  current row); the drift magnitude is the evidence weight the live state lacks. A claim an
+  agent was processing when it crashed, or gave up on, may or may not have taken effect: the
+  serial executions are taken both with and without it. With too many orders to rule out,
+  the check is undecided (ran=False), never clean.
 - N3 audit erasure: a value the live system believed for a key after some commit can no
   longer be produced by the final store (from current, history or audit rows).
 
@@ -16,7 +25,10 @@ observed; the witness (workload, schedule, seeds) is attached by the caller that
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+import itertools
+import math
+import random
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,9 +36,30 @@ from toki.canonical import canonical_json
 from toki.sim.explore import Run
 from toki.sim.store import Op, OpKind
 from toki.sim.workload import SimClaim, Workload
-from toki.systems.base import SimJudge, SystemModel, belief_hash, serial_beliefs
+from toki.systems._kit import GAVE_UP
+from toki.systems.base import (
+    ANOMALIES,
+    CRASHED_AT,
+    Beliefs,
+    SimJudge,
+    SystemModel,
+    belief_hash,
+    run_serially,
+)
 
-__all__ = ["Verdict", "check_run", "committed_snapshots", "n1_replay", "n2_drift", "n3_erasure"]
+__all__ = [
+    "ANOMALIES",
+    "Verdict",
+    "check_run",
+    "committed_snapshots",
+    "delivered",
+    "n1_replay",
+    "n2_drift",
+    "n3_erasure",
+    "recovery_checks",
+    "serial_draws",
+    "serial_orders",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +70,17 @@ class Verdict:
     expected: Any = None
     observed: Any = None
     details: Mapping[str, Any] = field(default_factory=dict)
-    ran: bool = True  # False: the check could not run (reason in details)
+    ran: bool = True  # False: the check could not run (abstained or undecided; see details)
+
+    @property
+    def abstained(self) -> bool:
+        return not self.ran and "abstains" in self.details
+
+    @property
+    def undecided(self) -> bool:
+        """The check ran out of means to decide (e.g. too many serial orders): neither an
+        anomaly nor clean."""
+        return not self.ran and "undecided" in self.details
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,108 +118,325 @@ def committed_snapshots(
     return out
 
 
-def _committed_claims(state: Mapping[Hashable, Any], workload: Workload) -> list[SimClaim]:
-    """Claims whose effect committed: the workload's claims found in the final state's
-    version rows, or (for models without version rows) all of them."""
-    by_id = {c.cid: c for c in workload.claims}
-    stored = [
-        by_id[k[1]]
-        for k in state
-        if isinstance(k, tuple) and len(k) == 2 and k[0] == "ver" and k[1] in by_id
-    ]
-    return stored or list(dict.fromkeys(workload.claims))
+# ------------------------------------------------------------------------ N1 and RD
+
+_CACHE_LIMIT = 4096
+_RECOVER_CACHE: dict[tuple[Any, ...], tuple[Beliefs, int]] = {}
+
+
+def _model_key(system: SystemModel) -> tuple[Any, ...]:
+    """What identifies a model's behaviour: its class, name and constructor settings."""
+    settings = sorted((k, repr(v)) for k, v in getattr(system, "__dict__", {}).items())
+    return (type(system).__qualname__, system.name, tuple(settings))
+
+
+def _recover(
+    system: SystemModel, run: Run, keys: Sequence[str], judge: SimJudge
+) -> tuple[Beliefs, int]:
+    """(the beliefs the model's recovery rebuilds from the final state, judge calls it made),
+    memoised: recovery is a function of the final state and the judge, and the explored
+    schedules of one program end in few distinct states."""
+    key = (_model_key(system), run.state_hash, tuple(keys), judge.p, judge.seed)
+    hit = _RECOVER_CACHE.get(key)
+    if hit is None:
+        if len(_RECOVER_CACHE) > _CACHE_LIMIT:
+            _RECOVER_CACHE.clear()
+        counting = judge.counting()
+        recovered = system.recover(dict(run.state), keys, counting)
+        hit = _RECOVER_CACHE[key] = (recovered, counting.asked)
+    return hit
+
+
+def recovery_checks(
+    system: SystemModel, workload: Workload, run: Run, judge: SimJudge, recovery_judge: SimJudge
+) -> tuple[Verdict, Verdict]:
+    """(N1, RD): recovery with a fresh judge against recovery with the live judge pinned,
+    and recovery with the live judge pinned against the live state."""
+    keys = workload.keys
+    live = system.beliefs(dict(run.state), keys)
+    pinned, pinned_calls = _recover(system, run, keys, SimJudge(judge.p, judge.seed))
+    fresh, fresh_calls = _recover(system, run, keys, recovery_judge)
+    details = {
+        "recovery_judge_seed": recovery_judge.seed,
+        "recovery_judge_calls": fresh_calls,
+        "pinned_judge_seed": judge.seed,
+        "pinned_judge_calls": pinned_calls,
+    }
+    n1_keys = tuple(k for k in keys if fresh.get(k) != pinned.get(k))
+    rd_keys = tuple(k for k in keys if pinned.get(k) != live.get(k))
+    n1 = Verdict(
+        "N1",
+        bool(n1_keys),
+        n1_keys,
+        {k: pinned.get(k) for k in n1_keys},
+        {k: fresh.get(k) for k in n1_keys},
+        {**details, "compared": "recovery with a fresh judge vs with the live judge pinned"},
+    )
+    rd = Verdict(
+        "RD",
+        bool(rd_keys),
+        rd_keys,
+        {k: live.get(k) for k in rd_keys},
+        {k: pinned.get(k) for k in rd_keys},
+        {**details, "compared": "recovery with the live judge pinned vs the live state"},
+    )
+    return n1, rd
 
 
 def n1_replay(
-    system: SystemModel, workload: Workload, run: Run, recovery_judge: SimJudge
+    system: SystemModel,
+    workload: Workload,
+    run: Run,
+    recovery_judge: SimJudge,
+    judge: SimJudge | None = None,
 ) -> Verdict:
-    final = dict(run.state)
-    live = system.beliefs(final, workload.keys)
-    recovered = system.recover(final, workload.keys, recovery_judge)
-    keys = tuple(k for k in workload.keys if live.get(k) != recovered.get(k))
-    return Verdict(
-        "N1",
-        bool(keys),
-        keys,
-        {k: live.get(k) for k in keys},
-        {k: recovered.get(k) for k in keys},
-        {"recovery_judge_seed": recovery_judge.seed},
+    """N1 alone (see `recovery_checks`); `judge` is the live judge (default: seed 0)."""
+    live = judge or SimJudge(recovery_judge.p)
+    return recovery_checks(system, workload, run, live, recovery_judge)[0]
+
+
+# ------------------------------------------------------------------------ N2
+
+SAMPLED_ORDERS = 120
+ALL_ORDERS = 5040
+MAX_OPTIONAL = 6  # claims whose effect is uncertain; beyond this the check is undecided
+_SERIAL_CACHE: dict[tuple[Any, ...], _Serial] = {}
+
+Chains = tuple[tuple[SimClaim, ...], ...]
+
+
+def delivered(workload: Workload, run: Run) -> list[tuple[tuple[SimClaim, ...], frozenset[int]]]:
+    """Per agent: the claims it took from its inbox, in order, and the positions among them
+    whose effect may be partial or absent (the claim in progress when it crashed, a claim it
+    gave up on after retries). Fault re-deliveries (`duplicate:<agent>`) are included."""
+    fired = [c for c in run.schedule if isinstance(c, str)]
+    out = []
+    for i, inbox in enumerate(workload.inboxes):
+        claims = list(inbox)
+        claims += [inbox[0]] * fired.count(f"duplicate:{i}") if inbox else []
+        outcome = run.outcomes[i] if i < len(run.outcomes) else None
+        if isinstance(outcome, tuple) and len(outcome) == 2 and outcome[0] == CRASHED_AT:
+            taken = int(outcome[1])
+            out.append((tuple(claims[:taken]), frozenset({taken - 1} if taken else ())))
+        elif isinstance(outcome, tuple):
+            done = claims[: len(outcome)]
+            unsure = frozenset(j for j, o in enumerate(outcome) if o == GAVE_UP)
+            out.append((tuple(done), unsure))
+        else:  # a bare CRASHED (crashed before it started) or an unknown outcome
+            out.append((tuple(claims), frozenset(range(len(claims)))))
+    return out
+
+
+def _chains(seqs: Sequence[tuple[SimClaim, ...]]) -> Chains:
+    """Each agent's order of distinct claims (a re-delivery is the same claim). A claim some
+    other agent also received is left free (its own one-claim chain): constraining it by
+    either agent's order could only add false alarms."""
+    per_agent = [list(dict.fromkeys(seq)) for seq in seqs]
+    count: dict[SimClaim, int] = {}
+    for seq in per_agent:
+        for c in seq:
+            count[c] = count.get(c, 0) + 1
+    shared = [c for c in count if count[c] > 1]
+    chains = [tuple(c for c in seq if count[c] == 1) for seq in per_agent]
+    chains += [(c,) for c in shared]
+    return tuple(ch for ch in chains if ch)
+
+
+def _merge_count(chains: Chains) -> int:
+    out = math.factorial(sum(len(c) for c in chains))
+    for c in chains:
+        out //= math.factorial(len(c))
+    return out
+
+
+def _all_merges(chains: Chains) -> Iterator[tuple[SimClaim, ...]]:
+    heads = [0] * len(chains)
+    order: list[SimClaim] = []
+    total = sum(len(c) for c in chains)
+
+    def rec() -> Iterator[tuple[SimClaim, ...]]:
+        if len(order) == total:
+            yield tuple(order)
+            return
+        for i, chain in enumerate(chains):
+            if heads[i] < len(chain):
+                order.append(chain[heads[i]])
+                heads[i] += 1
+                yield from rec()
+                heads[i] -= 1
+                order.pop()
+
+    yield from rec()
+
+
+def _random_merge(chains: Chains, rng: random.Random) -> tuple[SimClaim, ...]:
+    """A merge drawn uniformly: take the next claim of a chain with probability proportional
+    to what is left of it."""
+    left = [len(c) for c in chains]
+    heads = [0] * len(chains)
+    order = []
+    while any(left):
+        i = rng.choices(range(len(chains)), left)[0]
+        order.append(chains[i][heads[i]])
+        heads[i] += 1
+        left[i] -= 1
+    return tuple(order)
+
+
+def serial_orders(
+    seqs: Sequence[tuple[SimClaim, ...]], limit: int, seed: int = 0
+) -> tuple[list[tuple[SimClaim, ...]], bool]:
+    """(orders, complete): every interleaving of the agents' own orders (each agent's claims
+    stay in the order it processed them) when there are at most `limit`, otherwise `limit`
+    uniformly drawn ones (fixed seed)."""
+    chains = _chains(seqs)
+    n = _merge_count(chains)
+    if n <= limit:
+        return list(_all_merges(chains)), True
+    rng = random.Random(seed)
+    return [_random_merge(chains, rng) for _ in range(limit)], False
+
+
+def _variants(
+    agents: Sequence[tuple[tuple[SimClaim, ...], frozenset[int]]],
+) -> list[tuple[tuple[SimClaim, ...], ...]]:
+    """Each way the uncertain claims may have taken effect (each present or absent)."""
+    unsure = [(a, j) for a, (_, opt) in enumerate(agents) for j in sorted(opt)]
+    out = []
+    for keep in itertools.product((True, False), repeat=len(unsure)):
+        dropped = {u for u, k in zip(unsure, keep, strict=True) if not k}
+        out.append(
+            tuple(
+                tuple(c for j, c in enumerate(seq) if (a, j) not in dropped)
+                for a, (seq, _) in enumerate(agents)
+            )
+        )
+    return out
+
+
+@dataclass(slots=True)
+class _Serial:
+    """The serial orders of one set of variants under one judge, and the belief hashes of
+    those computed so far (in order): orders are run lazily, until one reaches the state
+    asked about."""
+
+    orders: list[tuple[SimClaim, ...]]
+    complete: bool  # the orders are all of them (else a uniform sample)
+    hashes: list[str] = field(default_factory=list)
+
+
+def _serial(
+    system: SystemModel,
+    workload: Workload,
+    variants: Sequence[tuple[tuple[SimClaim, ...], ...]],
+    judge: SimJudge,
+) -> _Serial:
+    """Memoised per (model, claims, judge): the explored schedules of one program mostly
+    commit the same claims. All orders when there are at most ALL_ORDERS, else a uniform
+    sample of SAMPLED_ORDERS (then a state not reached is undecided, not an anomaly)."""
+    key = (
+        _model_key(system),
+        tuple(workload.keys),
+        tuple(
+            tuple(tuple(canonical_json(c.to_json()) for c in seq) for seq in v) for v in variants
+        ),
+        judge.p,
+        judge.seed,
     )
+    hit = _SERIAL_CACHE.get(key)
+    if hit is None:
+        complete = _order_count(variants) <= ALL_ORDERS
+        share = ALL_ORDERS if complete else max(1, SAMPLED_ORDERS // len(variants))
+        orders = [o for v in variants for o in serial_orders(v, share)[0]]
+        if len(_SERIAL_CACHE) > _CACHE_LIMIT:
+            _SERIAL_CACHE.clear()
+        hit = _SERIAL_CACHE[key] = _Serial(list(dict.fromkeys(orders)), complete)
+    return hit
+
+
+def _reachable(
+    system: SystemModel, workload: Workload, serial: _Serial, judge: SimJudge, target: str
+) -> bool:
+    """Whether some serial order gives the belief state `target` (run until one does)."""
+    if target in serial.hashes:
+        return True
+    for i in range(len(serial.hashes), len(serial.orders)):
+        state = run_serially(system, workload, serial.orders[i], judge)
+        serial.hashes.append(belief_hash(system.beliefs(state, workload.keys)))
+        if serial.hashes[-1] == target:
+            return True
+    return False
+
+
+def _order_count(variants: Sequence[tuple[tuple[SimClaim, ...], ...]]) -> int:
+    return sum(_merge_count(_chains(v)) for v in variants)
 
 
 def n2_drift(system: SystemModel, workload: Workload, run: Run, judge: SimJudge) -> Verdict:
-    """Sound: a sampled set of serial orders could miss the one the run is equivalent to, so a
-    state not found among the samples is re-checked against every order (up to 7 claims); with
-    more claims the check is undecided (ran=False) rather than a false alarm."""
+    """Sound: every order that keeps each agent's own order is tried (up to ALL_ORDERS) before
+    a state is reported; with more orders, or more uncertain claims than MAX_OPTIONAL, a state
+    no sampled order reaches is undecided (ran=False) rather than a false alarm."""
     final = dict(run.state)
     live = system.beliefs(final, workload.keys)
-    claims = list(dict.fromkeys(_committed_claims(final, workload)))
-    target = belief_hash(live)
-    serial = _serial(system, workload, claims, judge, SAMPLED_ORDERS)
-    orders = "all" if _factorial(len(claims)) <= SAMPLED_ORDERS else "sampled"
-    if target not in serial and orders == "sampled":
-        if _factorial(len(claims)) <= ALL_ORDERS:
-            serial = _serial(system, workload, claims, judge, ALL_ORDERS)
-            orders = "all"
-        else:
-            return Verdict(
-                "N2",
-                False,
-                ran=False,
-                details={
-                    "undecided": f"{len(claims)} committed claims: too many orders to rule out "
-                    f"(checked {SAMPLED_ORDERS} sampled orders)"
-                },
-            )
-    found = target not in serial
+    agents = delivered(workload, run)
+    unsure = sum(len(opt) for _, opt in agents)
+    claims = list(dict.fromkeys(c for seq, _ in agents for c in seq))
+    if unsure > MAX_OPTIONAL:
+        return _undecided(f"{unsure} claims of uncertain effect (crashed or given up)", claims)
+    variants = _variants(agents)
+    total = _order_count(variants)
+    serial = _serial(system, workload, variants, judge)
+    reached = _reachable(system, workload, serial, judge, belief_hash(live))
+    if not reached and not serial.complete:
+        return _undecided(
+            f"{total} serial orders of {len(claims)} committed claims: too many to rule out "
+            f"(none of {len(serial.orders)} sampled orders reaches the state)",
+            claims,
+        )
     details: dict[str, Any] = {
-        "serial_states": len(serial),
+        "serial_orders": total,
+        "orders_run": len(serial.hashes),
         "committed_claims": len(claims),
-        "serial_orders": orders,
+        "uncertain_claims": unsure,
+        "orders_checked": "all" if serial.complete else "sampled",
     }
     keys: tuple[str, ...] = ()
-    if found:
+    if not reached:
+        details["serial_states"] = len(set(serial.hashes))
         lost = _evidence_lost(live, claims)
         if lost:
             details["evidence_lost"] = lost
         keys = tuple(sorted({c.key for c in claims}))
     return Verdict(
-        "N2", found, keys, "a belief state of some serial order", live if found else None, details
+        "N2",
+        not reached,
+        keys,
+        "a belief state of some serial order that keeps each agent's own order",
+        None if reached else live,
+        details,
     )
 
 
-SAMPLED_ORDERS = 120
-ALL_ORDERS = 5040
-_SERIAL_CACHE: dict[tuple[Any, ...], set[str]] = {}
-
-
-def _serial(
-    system: SystemModel, workload: Workload, claims: Sequence[SimClaim], judge: SimJudge, limit: int
-) -> set[str]:
-    """Serial belief states, memoised: the explored schedules of one program mostly commit
-    the same claims, and a model's serial outcomes depend only on them (and the judge)."""
-    key = (
-        type(system).__qualname__,
-        system.name,
-        tuple(workload.keys),
-        tuple(sorted(canonical_json(c.to_json()) for c in claims)),  # not ids: they repeat
-        judge.p,
-        judge.seed,
-        limit,
+def _undecided(why: str, claims: Sequence[SimClaim]) -> Verdict:
+    return Verdict(
+        "N2", False, ran=False, details={"undecided": why, "committed_claims": len(claims)}
     )
-    found = _SERIAL_CACHE.get(key)
-    if found is None:
-        if len(_SERIAL_CACHE) > 4096:
-            _SERIAL_CACHE.clear()
-        found = _SERIAL_CACHE[key] = serial_beliefs(system, workload, claims, judge, limit=limit)
-    return found
 
 
-def _factorial(n: int) -> int:
-    out = 1
-    for i in range(2, n + 1):
-        out *= i
-    return out
+def serial_draws(
+    system: SystemModel, workload: Workload, run: Run, seeds: Sequence[int], p: float
+) -> int:
+    """Under how many of these judge draws (seeds) the run's live belief state is the state
+    of some serial execution: whether a flagged N2 state needs the interleaving at all, or
+    only a judge that answered differently."""
+    live = belief_hash(system.beliefs(dict(run.state), workload.keys))
+    variants = _variants(delivered(workload, run))
+    hits = 0
+    for seed in seeds:
+        judge = SimJudge(p, seed)
+        serial = _serial(system, workload, variants, judge)
+        hits += _reachable(system, workload, serial, judge, live)
+    return hits
 
 
 def _evidence_lost(live: Mapping[str, Any], claims: Sequence[SimClaim]) -> float:
@@ -191,6 +451,9 @@ def _evidence_lost(live: Mapping[str, Any], claims: Sequence[SimClaim]) -> float
     if not seen:
         return 0.0
     return round(max(0.0, committed - stored), 9)
+
+
+# ------------------------------------------------------------------------ N3
 
 
 def n3_erasure(system: SystemModel, workload: Workload, run: Run) -> Verdict:
@@ -221,27 +484,35 @@ def n3_erasure(system: SystemModel, workload: Workload, run: Run) -> Verdict:
     )
 
 
+# ------------------------------------------------------------------------ all of them
+
+
 def check_run(
     system: SystemModel,
     workload: Workload,
     run: Run,
     judge: SimJudge,
     recovery_judge: SimJudge,
-    anomalies: Sequence[str] = ("N1", "N2", "N3"),
+    anomalies: Sequence[str] = ANOMALIES,
 ) -> dict[str, Verdict]:
-    """Run the requested checks; a model that abstains on an anomaly gets ran=False."""
+    """Run the requested checks; a check the model abstains from gets ran=False (the rule is
+    `toki.systems.base.abstentions`)."""
     out: dict[str, Verdict] = {}
+    abstains = system.abstains
+    recovery: tuple[Verdict, Verdict] | None = None
     for name in anomalies:
-        if name in system.abstains:
-            out[name] = Verdict(name, False, ran=False, details={"abstains": system.abstains[name]})
-        elif name == "N1":
-            out[name] = n1_replay(system, workload, run, recovery_judge)
+        if name not in ANOMALIES:
+            raise ValueError(f"anomaly: unknown anomaly {name!r} (use {', '.join(ANOMALIES)})")
+        if name in abstains:
+            out[name] = Verdict(name, False, ran=False, details={"abstains": abstains[name]})
+        elif name in ("N1", "RD"):
+            if recovery is None:
+                recovery = recovery_checks(system, workload, run, judge, recovery_judge)
+            out[name] = recovery[0] if name == "N1" else recovery[1]
         elif name == "N2":
             out[name] = n2_drift(system, workload, run, judge)
-        elif name == "N3":
-            out[name] = n3_erasure(system, workload, run)
         else:
-            raise ValueError(f"anomaly: unknown anomaly {name!r} (use N1, N2, N3)")
+            out[name] = n3_erasure(system, workload, run)
     return out
 
 

@@ -1,9 +1,10 @@
 """Explore a system model's schedules and check every one: the engine behind `toki explore`
 and `toki check`.
 
-For each explored run it checks N1/N2/N3 (through the model) and the Adya anomalies (from the
-store's recorded transactions), counts anomalies by name and keeps the shortest witness of
-each.
+For each explored run it checks N1/RD/N2/N3 (through the model) and the Adya anomalies (from
+the store's recorded transactions), counts anomalies by name and keeps the shortest witness
+of each. Checks that could not decide a run (N2 with too many serial orders) are counted as
+undecided, never as clean; checks the model abstains from are not counted at all.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toki.check import adya
-from toki.check.anomalies import Verdict, check_run
+from toki.check.anomalies import ANOMALIES, Verdict, check_run
 from toki.check.witness import Witness
 from toki.errors import InvalidInput
 from toki.history import HistoryFile, parse_history, run_to_records, to_adya
@@ -79,6 +80,12 @@ class ExploreReport:
     anomalies: Counter[str] = field(default_factory=Counter)
     witnesses: dict[str, Witness] = field(default_factory=dict)
     exhausted: bool = False
+    checked: Counter[str] = field(default_factory=Counter)  # runs a check decided
+    undecided: Counter[str] = field(default_factory=Counter)  # runs a check could not decide
+    recovery_judge_calls: int = 0  # judge calls made by recoveries (fresh judge), all runs
+    judged_runs: int = 0  # runs in which the live write path asked the judge
+    rejudged_runs: int = 0  # runs whose fresh-judge recovery asked the judge
+    crash_budget: int = 0
 
     @property
     def steps_per_s(self) -> float:
@@ -96,7 +103,13 @@ class ExploreReport:
             "steps_per_s": round(self.steps_per_s, 1),
             "seconds": round(self.seconds, 3),
             "exhausted": self.exhausted,
+            "crash_budget": self.crash_budget,
             "anomalies": dict(sorted(self.anomalies.items())),
+            "checked": dict(sorted(self.checked.items())),
+            "undecided": dict(sorted(self.undecided.items())),
+            "recovery_judge_calls": self.recovery_judge_calls,
+            "judged_runs": self.judged_runs,
+            "rejudged_runs": self.rejudged_runs,
             "witnesses": {k: w.size for k, w in sorted(self.witnesses.items())},
         }
 
@@ -113,32 +126,32 @@ def explore_system(
     judge: SimJudge | None = None,
     recovery: SimJudge | None = None,
     progress: Callable[[int], None] | None = None,
+    crash_budget: int = 0,
+    anomalies: Sequence[str] = ANOMALIES,
 ) -> ExploreReport:
+    """Explore `budget` schedules at most and check each run for `anomalies` (and Adya's)."""
     level = level or system.isolation
     judge = judge or SimJudge()
     recovery = recovery or SimJudge(judge.p, judge.seed + 1)
-    program = build_program(system, workload, level=level, judge=judge)
+    live = SimJudge(judge.p, judge.seed, [0])  # the same answers, counting the questions
+    program = build_program(system, workload, level=level, judge=live, crash_budget=crash_budget)
     report = ExploreReport(system.name, level.value, workload.name, strategy.name)
-    for name in ("N1", "N2", "N3"):
+    report.crash_budget = crash_budget
+    for name in ANOMALIES:
         report.anomalies[name] += 0
     states: set[str] = set()
     t0 = time.perf_counter()
+    asked = 0
     for run in iter_runs(program, strategy, budget=budget):
+        report.judged_runs += live.asked > asked
+        asked = live.asked
         report.schedules += 1
         report.steps += len(run.schedule)
         states.add(run.state_hash)
         if check:
-            verdicts: Mapping[str, Verdict] = check_run(system, workload, run, judge, recovery)
-            for name, v in verdicts.items():
-                if v.found:
-                    report.anomalies[name] += 1
-                    _keep(report, name, run, system, workload, level, strategy, judge, recovery, v)
-            if adya_check:
-                for name in adya_anomalies(run):
-                    report.anomalies[name] += 1
+            _check(report, run, system, workload, strategy, judge, recovery, adya_check, anomalies)
         if progress is not None:
             progress(1)
-    report.seconds = time.perf_counter() - t0
     report.distinct_states = len(states)
     report.exhausted = report.schedules < budget and strategy.name.split("(")[0] in (
         "dpor",
@@ -146,7 +159,37 @@ def explore_system(
         "bounded",
         "dfs",
     )
+    report.seconds = time.perf_counter() - t0
     return report
+
+
+def _check(
+    report: ExploreReport,
+    run: Run,
+    system: SystemModel,
+    workload: Workload,
+    strategy: Strategy,
+    judge: SimJudge,
+    recovery: SimJudge,
+    adya_check: bool,
+    anomalies: Sequence[str],
+) -> None:
+    verdicts: Mapping[str, Verdict] = check_run(system, workload, run, judge, recovery, anomalies)
+    for name, v in verdicts.items():
+        if v.ran:
+            report.checked[name] += 1
+            if name == "N1":
+                calls = int(v.details.get("recovery_judge_calls", 0))
+                report.recovery_judge_calls += calls
+                report.rejudged_runs += calls > 0
+        elif v.undecided:
+            report.undecided[name] += 1
+        if v.found:
+            report.anomalies[name] += 1
+            _keep(report, name, run, system, workload, strategy, judge, recovery, v)
+    if adya_check:
+        for name in adya_anomalies(run):
+            report.anomalies[name] += 1
 
 
 def _keep(
@@ -155,7 +198,6 @@ def _keep(
     run: Run,
     system: SystemModel,
     workload: Workload,
-    level: Isolation,
     strategy: Strategy,
     judge: SimJudge,
     recovery: SimJudge,
@@ -167,7 +209,7 @@ def _keep(
     report.witnesses[name] = Witness(
         system.name,
         name,
-        level.value,
+        report.isolation,
         workload,
         run.schedule,
         strategy.name,
@@ -178,6 +220,7 @@ def _keep(
         v.expected,
         v.observed,
         dict(v.details),
+        crash_budget=report.crash_budget,
     )
 
 
@@ -212,7 +255,7 @@ def check_history_file(
 
         system = get_system(str(name))
         workload = Workload.from_json(header["workload"])
-        for anomaly in ("N1", "N2", "N3"):
+        for anomaly in ANOMALIES:
             w = Witness(
                 system.name,
                 anomaly,
@@ -222,6 +265,7 @@ def check_history_file(
                 judge_seed=int(header.get("judge_seed", 0)),
                 recovery_seed=int(header.get("recovery_seed", 1)),
                 judge_p=float(header.get("judge_p", 0.5)),
+                crash_budget=int(header.get("crash_budget", 0)),
             )
             _, verdict = replay_witness(w, system)
             out["checks"][anomaly] = verdict.to_json()

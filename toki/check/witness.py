@@ -42,6 +42,7 @@ class Witness:
     observed: Any = None
     details: Mapping[str, Any] = field(default_factory=dict)
     shrunk_from: Mapping[str, int] | None = None
+    crash_budget: int = 0  # crashes per agent the program allowed (schedules name them)
 
     @property
     def size(self) -> dict[str, int]:
@@ -70,6 +71,7 @@ class Witness:
             "details": dict(self.details),
             "size": self.size,
             "shrunk_from": None if self.shrunk_from is None else dict(self.shrunk_from),
+            "crash_budget": self.crash_budget,
         }
 
     @classmethod
@@ -91,6 +93,7 @@ class Witness:
             observed=data.get("observed"),
             details=dict(data.get("details", {})),
             shrunk_from=data.get("shrunk_from"),
+            crash_budget=int(data.get("crash_budget", 0)),
         )
 
     def save(self, path: str | Path) -> Path:
@@ -114,7 +117,9 @@ def _judges(w: Witness) -> tuple[SimJudge, SimJudge]:
 def replay_witness(w: Witness, system: SystemModel) -> tuple[Run, Verdict]:
     """Re-run the witness's schedule exactly and check its anomaly again."""
     judge, recovery = _judges(w)
-    program = build_program(system, w.workload, level=Isolation(w.isolation), judge=judge)
+    program = build_program(
+        system, w.workload, level=Isolation(w.isolation), judge=judge, crash_budget=w.crash_budget
+    )
     run = replay_schedule(program, w.schedule)
     verdict = check_run(system, w.workload, run, judge, recovery, (w.anomaly,))[w.anomaly]
     return run, verdict
@@ -215,6 +220,8 @@ def explain(w: Witness, run: Run, system: SystemModel) -> list[str]:
             lines.append(f"  {op.step:3d} {who} reads {op.key!r} = {_short(op.value)}{why}")
         elif op.kind is OpKind.WRITE:
             lines.append(f"  {op.step:3d} {who} writes {op.key!r} = {_short(op.value)}")
+        elif op.kind is OpKind.DELETE:
+            lines.append(f"  {op.step:3d} {who} deletes {op.key!r}")
         elif op.kind is OpKind.COMMIT:
             committed.add(op.txn)
             lines.append(f"  {op.step:3d} {who} commits")
@@ -222,6 +229,10 @@ def explain(w: Witness, run: Run, system: SystemModel) -> list[str]:
             lines.append(f"  {op.step:3d} {who} aborts ({op.note or 'rolled back'}) → retried")
         elif op.kind is OpKind.SELECT:
             lines.append(f"  {op.step:3d} {who} runs a conditional statement on {op.key!r}")
+    crashes = [(i, c) for i, c in enumerate(w.schedule) if str(c).startswith("crash:")]
+    for i, c in crashes:
+        lines.append(f"  schedule[{i}]: agent {str(c)[6:]} crashes (its open transaction "
+                     "rolls back; it processes nothing more)")
     lines.append(_moral(w))
     return lines
 
@@ -234,8 +245,14 @@ def _short(value: Any) -> str:
 def _moral(w: Witness) -> str:
     if w.anomaly == "N1":
         return (
-            "why: recovery rebuilt the state from what was durably recorded and decided "
-            "differently (a judge asked again, or an order-dependent decision re-made)"
+            "why: recovery rebuilt the state from what was durably recorded and asked the "
+            "judge again; a fresh judge decided differently from the pinned one"
+        )
+    if w.anomaly == "RD":
+        return (
+            "why: recovery rebuilt the state from what was durably recorded and, even with the "
+            "live judge pinned, got another state (another order, or a record lost or half "
+            "written by a crash)"
         )
     if w.anomaly == "N2":
         return (
@@ -257,7 +274,9 @@ def _op_agents(w: Witness, system: SystemModel) -> dict[int, int]:
     from toki.sim.engine import Execution
 
     judge, _ = _judges(w)
-    program = build_program(system, w.workload, level=Isolation(w.isolation), judge=judge)
+    program = build_program(
+        system, w.workload, level=Isolation(w.isolation), judge=judge, crash_budget=w.crash_budget
+    )
     ex = Execution(program)
     owner: dict[int, int] = {}
     for choice in w.schedule:

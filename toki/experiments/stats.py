@@ -21,6 +21,7 @@ __all__ = [
     "Interval",
     "PairedComparison",
     "bootstrap_mean_ci",
+    "cluster_interval",
     "compare_paired",
     "holm",
     "mcnemar_counts",
@@ -29,6 +30,7 @@ __all__ = [
     "paired_bootstrap_ci",
     "paired_mean_power",
     "wilson_interval",
+    "zero_upper_bound",
 ]
 
 DEFAULT_SEED = 20240601
@@ -77,6 +79,30 @@ def wilson_interval(successes: int, n: int, alpha: float = 0.05) -> Interval:
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return Interval(p, max(0.0, centre - half), min(1.0, centre + half), alpha)
+
+
+def cluster_interval(rates: Sequence[float] | FloatArray, alpha: float = 0.05) -> Interval:
+    """A rate estimated over clusters (e.g. judge draws), with the cluster as the unit: the
+    mean of the per-cluster rates and a two-sided Student t interval with k − 1 degrees of
+    freedom, clipped to [0, 1]. Runs inside one cluster share its cause (the same judge
+    answers), so treating them as independent would make the interval too narrow. One
+    cluster gives no interval ([0, 1]); identical clusters give a zero-width one."""
+    _check_alpha(alpha)
+    a = _array(rates, "rates")
+    mean = float(a.mean())
+    if a.size < 2:
+        return Interval(mean, 0.0, 1.0, alpha)
+    half = float(sps.t.ppf(1 - alpha / 2, a.size - 1)) * float(a.std(ddof=1)) / math.sqrt(a.size)
+    return Interval(mean, max(0.0, mean - half), min(1.0, mean + half), alpha)
+
+
+def zero_upper_bound(n: int, alpha: float = 0.05) -> float:
+    """One-sided upper confidence bound on a rate after 0 events in n independent runs
+    (Clopper–Pearson: the rate r with (1 − r)^n = alpha; about 3/n at alpha = 0.05)."""
+    _check_alpha(alpha)
+    if n <= 0:
+        return 1.0
+    return float(1.0 - alpha ** (1.0 / n))
 
 
 def bootstrap_mean_ci(

@@ -18,6 +18,7 @@ __all__ = [
     "SCENARIOS",
     "SimClaim",
     "Workload",
+    "capacity",
     "scenario",
     "synthetic",
 ]
@@ -181,6 +182,25 @@ def synthetic(
         "seed": seed,
     }
     return Workload("synthetic", tuple(tuple(x) for x in inboxes), (), params)
+
+
+def capacity(limit: int, name: str = "", key: str = "user:city") -> Workload:
+    """A workload that crosses a capacity of `limit` entries (a bounded deque, a top-k
+    search): agent 0 states `limit` + 1 values of one key, one after another, each
+    contradicting the last; agent 1 races one more contradicting value against them. Agent 1
+    has a single claim so that the serial orders N2 compares with (agent 0's order kept)
+    number only `limit` + 3."""
+    if limit < 1:
+        raise InvalidInput("limit", f"{limit} < 1", "a capacity holds at least one entry")
+    width = len(str(limit + 1))
+    first = tuple(
+        SimClaim(key, f"v{i:0{width}d}", start=i, recorded=i, source=f"msg-{i}")
+        for i in range(limit + 1)
+    )
+    middle = (limit + 1) // 2
+    racer = SimClaim(key, "racer", start=middle, recorded=middle, source="msg-racer")
+    label = name or f"capacity-{limit}"
+    return Workload(label, (first, (racer,)), (), {"capacity": limit})
 
 
 def _two(name: str, key: str, first: SimClaim, second: SimClaim) -> Workload:

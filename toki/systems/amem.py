@@ -20,7 +20,7 @@ from toki.isolation import Isolation
 from toki.sim.program import Agent, Local, Select, Write
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import append, belief_entry, one, rows_of, run_inbox, seq_rows
-from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
+from toki.systems.base import AgentContext, Beliefs, Records, SimJudge, SystemModel
 
 __all__ = ["AMemModel"]
 
@@ -30,6 +30,10 @@ TOP_K = 5
 
 class AMemModel(SystemModel):
     name: ClassVar[str] = "a-mem"
+    version: ClassVar[str] = "ceffb860"
+    # a Python dict and an ephemeral Chroma client: nothing survives a restart
+    records: ClassVar[Records] = Records(inputs=False, decisions=False, durable_state=False)
+    capacities: ClassVar[Mapping[str, int]] = {"evolution neighbours top_k": TOP_K}
     title: ClassVar[str] = "A-MEM"
     release: ClassVar[str] = "agiresearch/A-mem HEAD ceffb860 (2025-12-12)"
     isolation: ClassVar[Isolation] = Isolation.READ_UNCOMMITTED  # a Python dict, no txns

@@ -11,6 +11,9 @@ three questions the anomaly checkers ask of a finished run:
   current rows, history or audit rows (N3 asks whether a value once believed is among them).
 
 N2 needs no extra method: it re-runs the same model serially (`serial_beliefs`).
+
+A model also declares what the system durably records (`Records`); which checks it abstains
+from follows from that declaration by one written rule (`abstentions`), never per cell.
 """
 
 from __future__ import annotations
@@ -25,21 +28,29 @@ from typing import Any, ClassVar
 from toki.canonical import canonical_json, digest
 from toki.isolation import Isolation
 from toki.sim.engine import Execution
-from toki.sim.program import Agent, Fault, Program, World
+from toki.sim.program import Agent, Crash, Fault, Program, World
 from toki.sim.store import SimStore
 from toki.sim.workload import SimClaim, Workload
 
 __all__ = [
     "ANOMALIES",
+    "CRASHED_AT",
     "Beliefs",
+    "Records",
     "SimJudge",
     "SystemModel",
+    "abstentions",
     "build_program",
     "run_serially",
     "serial_beliefs",
 ]
 
-ANOMALIES = ("N1", "N2", "N3")
+ANOMALIES = ("N1", "RD", "N2", "N3")
+"""The checks, in display order: N1 replay inconsistency (re-adjudication by a fresh judge),
+RD recovery divergence for any other reason, N2 belief-drift skew, N3 audit erasure."""
+CRASHED_AT = "crashed"
+"""An agent crashed by the scheduler ends with the outcome (CRASHED_AT, claims it had taken
+from its inbox): the last of them may have been half-written."""
 Beliefs = dict[str, Any]
 State = Mapping[Hashable, Any]
 
@@ -53,8 +64,21 @@ class SimJudge:
 
     p: float = 0.5
     seed: int = 0
+    calls: list[int] | None = field(default=None, compare=False, repr=False)
+    """When a list, calls[0] counts the questions asked (how the checkers see whether a
+    recovery consulted the judge at all)."""
+
+    def counting(self) -> SimJudge:
+        """The same judge (same answers), counting its calls."""
+        return SimJudge(self.p, self.seed, [0])
+
+    @property
+    def asked(self) -> int:
+        return self.calls[0] if self.calls else 0
 
     def pick(self, question: str, candidates: Sequence[str]) -> str:
+        if self.calls is not None:
+            self.calls[0] += 1
         h = hashlib.sha256(canonical_json([self.seed, question, list(candidates)]).encode())
         rng = random.Random(int.from_bytes(h.digest()[:8], "big"))
         if len(candidates) == 1 or rng.random() < self.p:
@@ -71,6 +95,58 @@ class AgentContext:
     switches: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Records:
+    """What a model declares the system durably records: the input of the abstention rule.
+
+    - `inputs`: the claims as received (messages, episodes, pages, data items) survive;
+    - `decisions`: each decision's outcome survives (history rows, tool calls, a decision log);
+    - `durable_state`: the memory rows themselves survive a restart;
+    - `concurrency`: the write path's concurrency control was read from the code (False: the
+      notes did not read it, or a concurrent writer of the real system is not modelled).
+    """
+
+    inputs: bool = True
+    decisions: bool = True
+    durable_state: bool = True
+    concurrency: bool = True
+
+    def to_json(self) -> dict[str, bool]:
+        return {
+            "inputs": self.inputs,
+            "decisions": self.decisions,
+            "durable_state": self.durable_state,
+            "concurrency": self.concurrency,
+        }
+
+
+def abstentions(records: Records) -> dict[str, str]:
+    """The written rule (docs/verdict-matrix.md, "Abstention"): which checks cannot run on a
+    model, and why, from what it declares it records.
+
+    - N1 and RD compare the live state with what the system's own recovery rebuilds from its
+      durable records. A system that records neither its inputs nor its decisions but keeps
+      its rows reads them back as they are: there is no second state to compare, so both
+      abstain. (Recording nothing at all is different: a restart rebuilds an empty memory.)
+    - N2 compares the live state with serial executions of the same model; when the
+      concurrency control is not known, the model's interleavings would be invented: abstain.
+    - N3 asks the final store only: it always runs.
+    """
+    out: dict[str, str] = {}
+    if not records.inputs and not records.decisions and records.durable_state:
+        why = (
+            "records neither its inputs nor its decisions; its stored rows are read back as "
+            "they are, so no recovery rebuilds a second state to compare"
+        )
+        out["N1"] = out["RD"] = why
+    if not records.concurrency:
+        out["N2"] = (
+            "its write path's concurrency control is not known (not read, or a concurrent "
+            "writer is not modelled), so its interleavings would be invented"
+        )
+    return out
+
+
 class SystemModel:
     """Base class of the executable models (see the module docstring)."""
 
@@ -81,7 +157,16 @@ class SystemModel:
     sources: ClassVar[tuple[str, ...]] = ()
     encodes: ClassVar[Mapping[str, str]] = {}
     simplifies: ClassVar[tuple[str, ...]] = ()
-    abstains: ClassVar[Mapping[str, str]] = {}  # anomaly -> why the notes cannot decide it
+    records: ClassVar[Records] = Records()
+    capacities: ClassVar[Mapping[str, int]] = {}
+    """Documented capacity limits the model encodes (name -> entries); the verdict matrix
+    runs a workload that crosses each (`toki.sim.workload.capacity`)."""
+    version: ClassVar[str] = ""  # the short revision or release modelled (matrix row identity)
+
+    @property
+    def abstains(self) -> Mapping[str, str]:
+        """anomaly -> why the check cannot run on this model (`abstentions(records)`)."""
+        return abstentions(self.records)
 
     def initial(self, workload: Workload) -> dict[Hashable, Any]:
         return {}
@@ -107,6 +192,8 @@ class SystemModel:
             "sources": list(self.sources),
             "encodes": dict(self.encodes),
             "simplifies": list(self.simplifies),
+            "records": self.records.to_json(),
+            "capacities": dict(self.capacities),
             "abstains": dict(self.abstains),
         }
 
@@ -125,7 +212,8 @@ def build_program(
     `store_factory` lets a test substitute a deliberately broken store (tests/mutants).
 
     The workload's named faults become scheduler choices: `duplicate:<agent>` re-delivers
-    the agent's first claim at the end of its inbox."""
+    the agent's first claim at the end of its inbox. With `crash_budget`, a crashed agent
+    ends with the outcome (CRASHED_AT, claims taken from its inbox)."""
     chosen = level if level is not None else system.isolation
     the_judge = judge or SimJudge()
     initial = system.initial(workload)
@@ -133,9 +221,10 @@ def build_program(
     def build() -> World:
         inboxes = [list(inbox) for inbox in workload.inboxes]
         switches: dict[str, Any] = {}
+        views = [_Inbox(inbox) for inbox in inboxes]
         agents = tuple(
-            system.agent(_live(inboxes, i), AgentContext(i, the_judge, switches))
-            for i in range(len(inboxes))
+            _survive(system.agent(view, AgentContext(i, the_judge, switches)), view)
+            for i, view in enumerate(views)
         )
         faults = tuple(_fault(name, inboxes, switches) for name in workload.faults)
         return World(store_factory(chosen, initial=initial), agents, faults)
@@ -145,10 +234,12 @@ def build_program(
 
 
 class _Inbox(Sequence[SimClaim]):
-    """A live view of one agent's inbox (faults may append to it during a run)."""
+    """A live view of one agent's inbox (faults may append to it during a run); `taken`
+    counts the claims the agent's loop has taken from it."""
 
     def __init__(self, items: list[SimClaim]) -> None:
         self._items = items
+        self.taken = 0
 
     def __getitem__(self, i: int) -> SimClaim:  # type: ignore[override]
         return self._items[i]
@@ -159,12 +250,18 @@ class _Inbox(Sequence[SimClaim]):
     def __iter__(self):  # type: ignore[no-untyped-def]
         i = 0
         while i < len(self._items):  # sees claims appended by a fault while iterating
+            self.taken = i + 1
             yield self._items[i]
             i += 1
 
 
-def _live(inboxes: list[list[SimClaim]], i: int) -> _Inbox:
-    return _Inbox(inboxes[i])
+def _survive(agent: Agent, inbox: _Inbox) -> Agent:
+    """Run the model's agent; a crash ends it with (CRASHED_AT, claims taken) instead of the
+    bare CRASHED outcome, so that N2 knows which claims it had started."""
+    try:
+        return (yield from agent)
+    except Crash:
+        return (CRASHED_AT, inbox.taken)
 
 
 def _fault(name: str, inboxes: list[list[SimClaim]], switches: dict[str, Any]) -> Fault:

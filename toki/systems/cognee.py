@@ -35,7 +35,7 @@ from toki.systems._kit import (
     stmt,
     txn,
 )
-from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
+from toki.systems.base import AgentContext, Beliefs, Records, SimJudge, SystemModel
 
 __all__ = ["CogneeModel"]
 
@@ -44,6 +44,10 @@ State = Mapping[Hashable, Any]
 
 class CogneeModel(SystemModel):
     name: ClassVar[str] = "cognee"
+    uses_judge: ClassVar[bool] = False  # no LLM on this write path (the matrix checks it)
+    version: ClassVar[str] = "a8f9760b"
+    # the notes did not read Cognee's concurrency control: the rule abstains from N2
+    records: ClassVar[Records] = Records(inputs=True, decisions=False, concurrency=False)
     title: ClassVar[str] = "Cognee (functional_relationships)"
     release: ClassVar[str] = (
         "topoteretes/cognee HEAD a8f9760b (2026-08-22), cognify(functional_relationships=…)"
@@ -74,10 +78,6 @@ class CogneeModel(SystemModel):
         "the default (no resolution), the LLM contradiction-detection opt-in and the "
         "record_provenance ledger are not modelled",
     )
-    abstains: ClassVar[Mapping[str, str]] = {
-        "N2": "the notes did not read Cognee's concurrency control (transactions, locks of "
-        "the graph and relational stores), so concurrent cognify runs cannot be modelled",
-    }
 
     def initial(self, workload: Workload) -> dict[Hashable, Any]:
         return seq_rows(("data", "clock"))

@@ -36,7 +36,7 @@ from toki.systems._kit import (
     stmt,
     txn,
 )
-from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
+from toki.systems.base import AgentContext, Beliefs, Records, SimJudge, SystemModel
 
 __all__ = ["GraphitiModel", "contradicted", "judge_edges", "resolve_edges", "save_episode"]
 
@@ -134,6 +134,8 @@ class GraphitiModel(SystemModel):
     callers to add episodes sequentially; the library has no lock)."""
 
     name: ClassVar[str] = "graphiti"
+    version: ClassVar[str] = "993e081a"
+    records: ClassVar[Records] = Records(inputs=True, decisions=False)
     title: ClassVar[str] = "Graphiti"
     release: ClassVar[str] = "getzep/graphiti HEAD 993e081a (2026-08-20)"
     isolation: ClassVar[Isolation] = Isolation.READ_COMMITTED  # Neo4j's transactions

@@ -18,7 +18,7 @@ from toki.isolation import Isolation
 from toki.sim.program import Agent, Write
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import belief_entry, one, run_inbox
-from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
+from toki.systems.base import AgentContext, Beliefs, Records, SimJudge, SystemModel
 
 __all__ = ["LangGraphStoreModel"]
 
@@ -27,6 +27,10 @@ State = Mapping[Hashable, Any]
 
 class LangGraphStoreModel(SystemModel):
     name: ClassVar[str] = "langgraph-store"
+    uses_judge: ClassVar[bool] = False  # no LLM on this write path (the matrix checks it)
+    version: ClassVar[str] = "f09cfe8f"
+    # no op log and no history: the table is read back as it is (the rule abstains N1/RD)
+    records: ClassVar[Records] = Records(inputs=False, decisions=False)
     title: ClassVar[str] = "LangGraph store"
     release: ClassVar[str] = "langchain-ai/langgraph HEAD f09cfe8f (2026-08-20)"
     isolation: ClassVar[Isolation] = Isolation.READ_COMMITTED  # PostgreSQL default

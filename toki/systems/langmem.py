@@ -30,7 +30,7 @@ from toki.systems._kit import (
     select,
     seq_rows,
 )
-from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
+from toki.systems.base import AgentContext, Beliefs, Records, SimJudge, SystemModel
 
 __all__ = ["LangMemModel"]
 
@@ -39,6 +39,9 @@ State = Mapping[Hashable, Any]
 
 class LangMemModel(SystemModel):
     name: ClassVar[str] = "langmem"
+    version: ClassVar[str] = "b5dbe4aa"
+    records: ClassVar[Records] = Records(inputs=True, decisions=False)
+    capacities: ClassVar[Mapping[str, int]] = {"search query_limit": 5}
     title: ClassVar[str] = "LangMem"
     release: ClassVar[str] = "langchain-ai/langmem HEAD b5dbe4aa (2026-06-19)"
     isolation: ClassVar[Isolation] = Isolation.READ_COMMITTED  # the Postgres store
@@ -80,7 +83,11 @@ class LangMemModel(SystemModel):
     def _invoke(self, c: SimClaim, ctx: AgentContext, counter: Any) -> Agent:
         yield from append("thread", c.to_json())
         found = yield from select("doc", c.key, "search")
-        docs = sorted((str(k[2]), v["value"]) for k, v in found.items())
+        limit = self.capacities["search query_limit"]  # ranked by doc id (a simplification)
+        docs = sorted(
+            ((str(k[2]), v["value"]) for k, v in found.items()),
+            key=lambda d: (len(d[0]), d[0]),
+        )[:limit]
         if any(v == c.value for _, v in docs):
             return "none"
         action = "insert"

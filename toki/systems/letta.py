@@ -24,7 +24,7 @@ from toki.isolation import Isolation
 from toki.sim.program import Agent, Local, Read, Write
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import belief_entry, next_seq, rows_of, run_inbox, seq_rows, stmt, txn
-from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
+from toki.systems.base import AgentContext, Beliefs, Records, SimJudge, SystemModel
 
 __all__ = ["LettaModel"]
 
@@ -48,6 +48,8 @@ class LettaModel(SystemModel):
     """Several Letta agents sharing one block (shared/identity blocks): no lock across them."""
 
     name: ClassVar[str] = "letta"
+    version: ClassVar[str] = "56ba9c25"
+    records: ClassVar[Records] = Records(inputs=True, decisions=True)
     title: ClassVar[str] = "Letta (MemGPT) V1 server"
     release: ClassVar[str] = (
         "letta-ai/letta 56ba9c25 (= HEAD~1 before the server was archived at 87fd37aa)"

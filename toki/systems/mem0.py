@@ -34,7 +34,7 @@ from toki.systems._kit import (
     stmt,
     txn,
 )
-from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
+from toki.systems.base import AgentContext, Beliefs, Records, SimJudge, SystemModel
 
 __all__ = ["Mem0AddOnly", "Mem0Judge"]
 
@@ -45,11 +45,14 @@ def _md5(text: str) -> str:
     return hashlib.md5(text.encode()).hexdigest()
 
 
-def _search(key: str) -> Agent:
+def _search(key: str, top_k: int) -> Agent:
     """`vector_store.search(top_k=…)` scoped by user: modelled as the key's points (exact
-    retrieval of the same (subject, predicate); a simplification)."""
+    retrieval of the same (subject, predicate); a simplification), at most `top_k` of them,
+    ranked by memory id (similarity among one key's memories is not modelled)."""
     rows = yield from one(Select(lambda k, v: k[:2] == ("mem", key), name=f"search {key}"))
-    return {} if isinstance(rows, str) else dict(rows)
+    found = {} if isinstance(rows, str) else dict(rows)
+    ranked = sorted(found, key=lambda k: (len(str(k[2])), str(k[2])))[:top_k]
+    return {k: found[k] for k in ranked}
 
 
 def _history(key: str, mid: str, event: str, old: Any, new: Any, **extra: Any) -> Agent:
@@ -104,6 +107,9 @@ class Mem0Judge(_Mem0Base):
     `Memory`; `AsyncMemory` would run the actions as concurrent tasks."""
 
     name: ClassVar[str] = "mem0-1.0.11"
+    version: ClassVar[str] = "9d6b79a1"
+    records: ClassVar[Records] = Records(inputs=False, decisions=True)
+    capacities: ClassVar[Mapping[str, int]] = {"search top_k": 5}
     title: ClassVar[str] = "Mem0 (LLM judge, ≤ v1.0.11)"
     release: ClassVar[str] = (
         "mem0 ≤ v1.0.11 write path (ADD/UPDATE/DELETE/NONE judge), read at 9d6b79a1"
@@ -141,7 +147,7 @@ class Mem0Judge(_Mem0Base):
 
     def _add(self, c: SimClaim, ctx: AgentContext, new_id: Any) -> Agent:
         yield Local("extract", c.cid)  # LLM #1
-        found = yield from _search(c.key)
+        found = yield from _search(c.key, self.capacities["search top_k"])
         olds = sorted((str(k[2]), v) for k, v in found.items())
         actions: list[tuple[str, str | None]]
         if not olds:
@@ -213,6 +219,9 @@ class Mem0AddOnly(_Mem0Base):
     `add()` never calls `_update_memory`/`_delete_memory`: contradictions coexist."""
 
     name: ClassVar[str] = "mem0-2.0.18"
+    version: ClassVar[str] = "8d5b7865"
+    records: ClassVar[Records] = Records(inputs=False, decisions=True)
+    capacities: ClassVar[Mapping[str, int]] = {"search top_k": 10}
     title: ClassVar[str] = "Mem0 (add-only, v2.0.0+)"
     release: ClassVar[str] = (
         "mem0 v2.0.0–v2.0.18+ add-only 'V3 phased batch pipeline' (a488e190, #4805), "
@@ -249,7 +258,7 @@ class Mem0AddOnly(_Mem0Base):
     )
 
     def _add(self, c: SimClaim, ctx: AgentContext, new_id: Any) -> Agent:
-        found = yield from _search(c.key)  # Phase 1
+        found = yield from _search(c.key, self.capacities["search top_k"])  # Phase 1
         snapshot = [v for _, v in sorted(found.items(), key=lambda kv: repr(kv[0]))]
         current = _current(snapshot)
         others = sorted({v for v in current if v != c.value})

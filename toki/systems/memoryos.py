@@ -32,7 +32,7 @@ from toki.systems._kit import (
     stmt,
     txn,
 )
-from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
+from toki.systems.base import AgentContext, Beliefs, Records, SimJudge, SystemModel
 
 __all__ = ["MemoryOSModel"]
 
@@ -42,6 +42,8 @@ PROFILE = ("profile",)
 
 class MemoryOSModel(SystemModel):
     name: ClassVar[str] = "memoryos"
+    version: ClassVar[str] = "1d717060"
+    records: ClassVar[Records] = Records(inputs=True, decisions=False)
     title: ClassVar[str] = "MemoryOS"
     release: ClassVar[str] = "BAI-LAB/MemoryOS HEAD 1d717060 (memoryos-pypi, 2026-04-28)"
     isolation: ClassVar[Isolation] = Isolation.READ_UNCOMMITTED  # JSON files, no txns
@@ -73,6 +75,11 @@ class MemoryOSModel(SystemModel):
 
     def __init__(self, knowledge_capacity: int = 100) -> None:
         self.capacity = knowledge_capacity
+
+    @property
+    def capacities(self) -> Mapping[str, int]:  # type: ignore[override]
+        """The long-term knowledge deque (maxlen 100 in long_term.py)."""
+        return {"knowledge deque": self.capacity}
 
     def initial(self, workload: Workload) -> dict[Hashable, Any]:
         return {PROFILE: {}, **seq_rows(("page", "knowledge"))}

@@ -22,7 +22,7 @@ from toki.isolation import Isolation
 from toki.sim.program import Agent, Delete, Local, Select, Write
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import belief_entry, next_seq, rows_of, run_inbox, seq_rows, stmt, txn
-from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
+from toki.systems.base import AgentContext, Beliefs, Records, SimJudge, SystemModel
 
 __all__ = ["MemOSModel"]
 
@@ -31,6 +31,10 @@ State = Mapping[Hashable, Any]
 
 class MemOSModel(SystemModel):
     name: ClassVar[str] = "memos"
+    version: ClassVar[str] = "be68e2fb"
+    # no input log or decision record (the graph is the state), and the concurrent
+    # structure-optimizer thread is not modelled: the rule abstains from N1, RD and N2
+    records: ClassVar[Records] = Records(inputs=False, decisions=False, concurrency=False)
     title: ClassVar[str] = "MemOS (reorganize=True)"
     release: ClassVar[str] = "MemTensor/MemOS HEAD be68e2fb (2026-08-20), reorganize opt-in"
     isolation: ClassVar[Isolation] = Isolation.READ_COMMITTED  # the graph store (Neo4j)
@@ -49,7 +53,7 @@ class MemOSModel(SystemModel):
         "concurrency control": "one consumer thread serialises resolutions; adds run beside "
         "it (graph store, read committed)",
         "idempotency on retry": "none: a re-add is a new node",
-        "recovery": "none described: the graph is the state (N1 abstains)",
+        "recovery": "none described: the graph is the state (N1 and RD abstain)",
         "judge sees": "the new node and the similar existing node",
     }
     simplifies: ClassVar[tuple[str, ...]] = (
@@ -57,12 +61,6 @@ class MemOSModel(SystemModel):
         "probability p; a fused node states the newer value",
         "the concurrent structure-optimizer thread is not modelled",
     )
-    abstains: ClassVar[Mapping[str, str]] = {
-        "N1": "the notes describe no procedure that rebuilds the tree from recorded inputs or "
-        "decisions (the reorganizer only runs on adds)",
-        "N2": "the notes did not check how the concurrent structure-optimizer thread "
-        "interacts with the resolver ('BDS possible, unverified')",
-    }
 
     def initial(self, workload: Workload) -> dict[Hashable, Any]:
         return {**seq_rows(("node",)), ("reorg",): "idle"}
@@ -138,7 +136,7 @@ class MemOSModel(SystemModel):
         }
 
     def recover(self, state: State, keys: Iterable[str], judge: SimJudge) -> Beliefs:
-        """No rebuild procedure (N1 abstains): the graph as stored."""
+        """No rebuild procedure (N1 and RD abstain): the graph as stored."""
         return self.beliefs(state, keys)
 
     def recoverable(self, state: State, key: str) -> set[str]:

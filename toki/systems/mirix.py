@@ -23,7 +23,7 @@ from toki.isolation import Isolation
 from toki.sim.program import Agent, Delete, Local, Select, Write
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import belief_entry, one, rows_of, run_inbox
-from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
+from toki.systems.base import AgentContext, Beliefs, Records, SimJudge, SystemModel
 
 __all__ = ["MirixModel"]
 
@@ -39,6 +39,10 @@ class MirixModel(SystemModel):
     """MIRIX's semantic-memory write path, run by writers that bypass the per-user queue."""
 
     name: ClassVar[str] = "mirix"
+    version: ClassVar[str] = "51f3342d"
+    # input and tool-call messages are hard-deleted after each update; the default queue is
+    # in memory; the semantic rows are durable (Postgres): the rule abstains from N1 and RD
+    records: ClassVar[Records] = Records(inputs=False, decisions=False)
     title: ClassVar[str] = "MIRIX"
     release: ClassVar[str] = "Mirix-AI/MIRIX main 51f3342d ('add auto-dream', 2026-06-20)"
     isolation: ClassVar[Isolation] = Isolation.READ_COMMITTED  # PostgreSQL default
@@ -78,11 +82,6 @@ class MirixModel(SystemModel):
         "the sub-agent's verdict: update (probability p) else insert or no-op",
         "message persistence then deletion (net effect: nothing kept) is not stepped",
     )
-    abstains: ClassVar[Mapping[str, str]] = {
-        "N1": "MIRIX keeps no durable input or decision record to replay (input and tool-call "
-        "messages are hard-deleted after each update; the default queue is in-memory); the "
-        "notes show no recovery procedure, so replay consistency is undefined here",
-    }
 
     def initial(self, workload: Workload) -> dict[Hashable, Any]:
         return {}
@@ -120,7 +119,7 @@ class MirixModel(SystemModel):
         return {k: belief_entry(v["value"] for _, v in rows_of(state, "sem", k)) for k in keys}
 
     def recover(self, state: State, keys: Iterable[str], judge: SimJudge) -> Beliefs:
-        """No recovery procedure exists (N1 abstains): the stored rows as they are."""
+        """No recovery procedure exists (N1 and RD abstain): the stored rows as they are."""
         return self.beliefs(state, keys)
 
     def recoverable(self, state: State, key: str) -> set[str]:

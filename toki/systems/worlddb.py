@@ -19,7 +19,7 @@ from toki.isolation import Isolation
 from toki.sim.program import Agent, Write
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import belief_entry, one, rows_of, run_inbox
-from toki.systems.base import AgentContext, Beliefs, SimJudge, SystemModel
+from toki.systems.base import AgentContext, Beliefs, Records, SimJudge, SystemModel
 
 __all__ = ["WorldDBModel", "content_hash"]
 
@@ -32,6 +32,9 @@ def content_hash(c: SimClaim) -> str:
 
 class WorldDBModel(SystemModel):
     name: ClassVar[str] = "worlddb"
+    uses_judge: ClassVar[bool] = False  # no LLM on this write path (the matrix checks it)
+    version: ClassVar[str] = "paper"
+    records: ClassVar[Records] = Records(inputs=True, decisions=False)
     title: ClassVar[str] = "WorldDB"
     release: ClassVar[str] = "as characterised in the TOKI paper (arXiv 2606.06240); no code read"
     isolation: ClassVar[Isolation] = Isolation.READ_COMMITTED

@@ -32,7 +32,7 @@ from toki.systems._kit import (
     stmt,
     txn,
 )
-from toki.systems.base import AgentContext, Beliefs, SimJudge
+from toki.systems.base import AgentContext, Beliefs, Records, SimJudge
 from toki.systems.graphiti import GraphitiModel, edges_of, judge_edges, save_episode
 
 __all__ = ["ZepCEModel"]
@@ -44,6 +44,8 @@ class ZepCEModel(GraphitiModel):
     """Zep CE: Postgres message log + Graphiti 0.3.21 service with one FIFO worker."""
 
     name: ClassVar[str] = "zep"
+    version: ClassVar[str] = "bff3c40a"
+    records: ClassVar[Records] = Records(inputs=True, decisions=False)
     title: ClassVar[str] = "Zep (Community Edition)"
     release: ClassVar[str] = (
         "Zep CE v1.0.2 (getzep/zep bff3c40a; = legacy/ at 7de18dfa) with zepai/graphiti:0.3 "
