@@ -41,45 +41,72 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     """Measured vs predicted N1 rate of an unlogged stochastic judge, and of the keyed log."""
+    import math
     from pathlib import Path
 
-    from toki.experiments.calibration import calibrate, mean_absolute_deviation, write_outputs
+    from toki.experiments.calibration import (
+        calibrate,
+        mean_absolute_deviation,
+        noise_mad,
+        write_outputs,
+    )
 
     try:
         ps = [float(x) for x in args.p.split(",") if x.strip()]
     except ValueError:
         raise InvalidInput("--p", f"cannot read {args.p!r}", "use e.g. 0.1,0.5,0.9") from None
-    if args.runs < 1:
-        raise InvalidInput("--runs", f"{args.runs} is not a positive count")
+    if args.runs < 1 or args.logged_runs < 1:
+        raise InvalidInput("--runs", f"{args.runs}/{args.logged_runs} is not a positive count")
+    if args.workers is not None and args.workers < 1:
+        raise InvalidInput("--workers", f"{args.workers} is not a positive count")
     bad = [p for p in ps if not 0.0 <= p <= 1.0]
     if bad or not ps:
         raise InvalidInput("--p", f"{bad or 'nothing'} is not a list of probabilities in [0, 1]")
-    with _progress(args, "calibrate", "run", 2 * len(ps) * args.runs) as bar:
-        cells = calibrate(ps, args.runs, args.seed, progress=bar.update)
+    with _progress(args, "calibrate", "cell", 2 * len(ps)) as bar:
+        cells = calibrate(
+            ps,
+            args.runs,
+            args.seed,
+            progress=bar.update,
+            logged_runs=args.logged_runs,
+            workers=args.workers,
+        )
     csv_path, png_path = write_outputs(cells, Path(args.out))
+    mad, noise = mean_absolute_deviation(cells), noise_mad(cells)
     if args.json:
         _print_json(
-            [
-                {
-                    "p": c.p,
-                    "logged": c.logged,
-                    "rate": c.rate,
-                    "ci_low": c.ci_low,
-                    "ci_high": c.ci_high,
-                    "runs": c.runs,
-                    "predicted": c.predicted,
-                }
-                for c in cells
-            ]
+            {
+                "cells": [
+                    {
+                        "p": c.p,
+                        "logged": c.logged,
+                        "rate": c.rate,
+                        "ci_low": None if math.isnan(c.ci_low) else c.ci_low,
+                        "ci_high": None if math.isnan(c.ci_high) else c.ci_high,
+                        "runs": c.runs,
+                        "inconsistent": c.inconsistent,
+                        "predicted": c.predicted,
+                        "judge_calls": c.judge_calls,
+                        "check": c.check,
+                    }
+                    for c in cells
+                ],
+                "mad": mad,
+                "noise_mad": noise,
+            }
         )
         return 0
-    print(f"{'p':>5} {'logged':>7} {'rate':>7} {'95% CI':>17} {'predicted':>9}")
+    print(f"{'p':>5} {'logged':>7} {'rate':>7} {'95% CI':>17} {'predicted':>9} {'judge calls':>11}")
     for c in cells:
+        ci = "check (no judge)" if c.check else f"[{c.ci_low:6.3f}, {c.ci_high:6.3f}]"
         print(
-            f"{c.p:5.2f} {c.logged!s:>7} {c.rate:7.3f} [{c.ci_low:6.3f}, {c.ci_high:6.3f}]"
-            f" {c.predicted:9.3f}"
+            f"{c.p:5.2f} {c.logged!s:>7} {c.rate:7.3f} {ci:>17} {c.predicted:9.3f}"
+            f" {c.judge_calls:11d}"
         )
-    print(f"mean absolute deviation (unlogged): {mean_absolute_deviation(cells):.4f}")
+    print(
+        f"mean absolute deviation (unlogged): {mad:.4f}; sampling noise alone would give "
+        f"{noise:.4f} at {args.runs} runs per cell"
+    )
     print(f"wrote {csv_path} and {png_path}")
     return 0
 
@@ -348,7 +375,11 @@ def _build_parser() -> argparse.ArgumentParser:
         default=",".join(f"{0.05 * i:.2f}" for i in range(1, 20)),
         help="comma-separated probabilities (default 0.05,...,0.95)",
     )
-    cal.add_argument("--runs", type=int, default=200, help="runs per cell (default 200)")
+    cal.add_argument("--runs", type=int, default=5000,
+                     help="runs per unlogged cell (default 5000: noise MAD about 0.005)")
+    cal.add_argument("--logged-runs", type=int, default=200,
+                     help="runs per keyed-log cell, a check (default 200)")
+    cal.add_argument("--workers", type=int, help="worker processes (default: all cores)")
     cal.add_argument("--seed", type=int, default=0)
     cal.add_argument("--out", default="verdict_matrix", help="folder for the csv and png")
     cal.add_argument("--json", action="store_true")

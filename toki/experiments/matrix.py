@@ -794,9 +794,10 @@ def render_markdown(result: MatrixResult) -> str:
         lines += [
             "## Verdicts that change with crashes",
             "",
-            "Crash runs include every crash point (a crash is offered at each step), so most "
-            "of them crash an agent early and their rates are not comparable with the "
-            "fault-free ones; compare the verdicts.",
+            "A run of the crash setting may crash each agent once, at any point (DPOR: every "
+            "point; samples: a point drawn uniformly, or none), so its rates mix runs with and "
+            "without crashes and are not comparable with the fault-free ones; compare the "
+            "verdicts.",
             "",
         ]
         lines += [f"- {s} {ANOMALY_NAMES.get(a, a)}: {v0} → {v1}" for s, a, v0, v1 in changed]
@@ -920,8 +921,9 @@ def plot(result: MatrixResult, path: Path) -> None:
                     )
                 )
                 dark = r["verdict"] in ("admits", "excludes")
+                box = None if dark else {"facecolor": "white", "edgecolor": "none", "pad": 1.0}
                 ax.text(j, i, _figure_text(r), ha="center", va="center", fontsize=6.5,
-                        color="white" if dark else "black")
+                        color="white" if dark else "black", bbox=box)
         ax.set_xlim(-0.5, ncol - 0.5)
         ax.set_ylim(len(systems) - 0.5, -0.5)
         ax.set_xticks(range(ncol), [ANOMALY_NAMES.get(a, a).replace(" (", "\n(", 1)
@@ -942,7 +944,7 @@ def plot(result: MatrixResult, path: Path) -> None:
         "admits: rate of anomalous runs (mean over judge draws and workloads); excludes: none, "
         "DPOR exhaustive ('check': recovery never asks the judge); not found: none in sampled "
         "runs, rate < the upper bound shown.\nA thick border marks a verdict that changes "
-        "with crashes; crash runs mostly crash early, so compare verdicts, not rates."
+        "with crashes (runs with at most one crash per agent, at uniformly drawn points)."
     )
     fig.text(0.5, 0.045, caption + (f"\n{notes}" if notes else ""), ha="center", fontsize=6.5)
     fig.tight_layout(rect=(0, 0.09, 1, 1))
