@@ -41,7 +41,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     """Measured vs predicted N1 rate of an unlogged stochastic judge, and of the keyed log."""
-    import math
     from pathlib import Path
 
     from toki.experiments.calibration import (
@@ -81,8 +80,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                         "p": c.p,
                         "logged": c.logged,
                         "rate": c.rate,
-                        "ci_low": None if math.isnan(c.ci_low) else c.ci_low,
-                        "ci_high": None if math.isnan(c.ci_high) else c.ci_high,
+                        "ci_low": c.ci_low,
+                        "ci_high": c.ci_high,
                         "runs": c.runs,
                         "inconsistent": c.inconsistent,
                         "predicted": c.predicted,

@@ -1,5 +1,7 @@
-"""The verdict matrix: rules on synthetic cells, a small-budget run through the CLI (columns,
-witnesses that replay), and the same rows for the same seeds on any executor."""
+"""The verdict matrix: the rules on synthetic cells (issue #17: excludes only when exhaustive,
+not found with a bound and power, no rate where nothing was measured, the judge draw as the
+unit of the interval), the plan, a small-budget run through the CLI (columns, witnesses that
+replay), and the same rows for the same seeds on any executor."""
 
 from __future__ import annotations
 
@@ -19,104 +21,141 @@ from toki.experiments.matrix import (
     CellData,
     decide,
     detection_power,
+    inherit_fault_free,
     load_config,
     plan,
     run_matrix,
+    run_task,
+    same_model_notes,
 )
-from toki.experiments.stats import wilson_interval
+from toki.experiments.stats import cluster_interval, zero_upper_bound
 from toki.systems.registry import SYSTEMS
 
 CONFIG = Path(__file__).resolve().parents[2] / "verdict_matrix" / "matrix.toml"
 # a few systems for the repeat runs: the unlogged TOKI ablation, an operator at its
-# precondition, and a model that declares an abstention (those present in the registry)
+# precondition, and a model the abstention rule excludes from N1/RD (those registered)
 SUBSET = [s for s in SYSTEMS if s in ("toki-ewm-nolog", "toki-lww", "mirix")]
 
 
 # ------------------------------------------------------------- rules on synthetic cells
 
 
-def _cell(**kw: Any) -> CellData:
-    return CellData("sys", "N1", **kw)
+def _cell(anomaly: str = "N2", **kw: Any) -> CellData:
+    return CellData("sys", anomaly, **kw)
 
 
 def test_admits_needs_a_witness_that_replays() -> None:
-    hits = {"dpor_tasks": 2, "dpor_exhausted": 2, "exhaustive_runs": 10, "exhaustive_anomalous": 3}
-    assert decide(_cell(**hits))["verdict"] == "abstains"  # counted, but no witness
-    unreplayed = decide(_cell(**hits, witness="witnesses/sys-N1.json"))
-    assert unreplayed["verdict"] == "abstains" and unreplayed["witness"] == ""
-    row = decide(_cell(**hits, witness="witnesses/sys-N1.json", witness_replays=True))
-    assert row["verdict"] == "admits" and row["witness"] == "witnesses/sys-N1.json"
-    assert row["rate"] == pytest.approx(0.3) and row["mode"] == "exhaustive"
-    # an anomaly found only by a DPOR task cut off by its budget still needs the witness
-    cut = {"dpor_tasks": 1, "other_anomalous": 1, "sampled_runs": 500}
-    assert decide(_cell(**cut))["verdict"] == "abstains"
-    assert decide(_cell(**cut, witness="w.json", witness_replays=True))["verdict"] == "admits"
+    hits = {"found": (3, 1), "checked": (10, 10), "rates": (0.3, 0.1), "dpor_workloads": 1,
+            "dpor_exhausted": 1}
+    assert decide(_cell(**hits))["verdict"] == "undecided"  # counted, but no witness
+    unreplayed = decide(_cell(**hits, witness="witnesses/sys-N2.json"))
+    assert unreplayed["verdict"] == "undecided" and unreplayed["witness"] == ""
+    row = decide(_cell(**hits, witness="witnesses/sys-N2.json", witness_replays=True))
+    assert row["verdict"] == "admits" and row["witness"] == "witnesses/sys-N2.json"
+    ci = cluster_interval([0.3, 0.1])
+    assert (row["rate"], row["ci_low"], row["ci_high"]) == (ci.estimate, ci.low, ci.high)
+    assert (row["draw_min"], row["draw_max"], row["draws"]) == (0.1, 0.3, 2)
+    # found only by a DPOR exploration cut off by its budget: admits, with no rate from it
+    cut = decide(_cell(found=(0,), checked=(24,), rates=(0.0,), outside=2, witness="w.json",
+                       witness_replays=True))
+    assert cut["verdict"] == "admits" and "cut off" in cut["reason"] and cut["rate"] == 0.0
 
 
-def test_excludes_needs_exhaustive_or_a_low_upper_bound() -> None:
-    done = decide(_cell(dpor_tasks=3, dpor_exhausted=3, exhaustive_runs=5))
-    assert (done["verdict"], done["mode"]) == ("excludes", "exhaustive")
-    # one DPOR task cut off: the cell is sampled and decided by its sampled runs
-    verdicts = {}
-    for n in range(1, 200):
-        row = decide(_cell(dpor_tasks=3, dpor_exhausted=2, sampled_runs=n), exclude_below=0.05)
-        assert row["mode"] == "sampled" and row["runs"] == n
-        assert row["ci_high"] == pytest.approx(wilson_interval(0, n).high)
-        verdicts[n] = row["verdict"]
-        assert (row["verdict"] == "excludes") == (row["ci_high"] < 0.05), row
-    assert set(verdicts.values()) == {"excludes", "abstains"}
-    # a stricter threshold needs more runs
-    strict = [
-        n
-        for n in range(1, 200)
-        if decide(_cell(sampled_runs=n), exclude_below=0.03)["verdict"] == "excludes"
-    ]
-    assert min(strict) > min(n for n, v in verdicts.items() if v == "excludes")
+def test_excludes_only_when_every_dpor_workload_finished() -> None:
+    done = decide(_cell(found=(0, 0), checked=(5, 5), rates=(0.0, 0.0), dpor_workloads=3,
+                        dpor_exhausted=3))
+    assert (done["verdict"], done["mode"], done["power"]) == ("excludes", "exhaustive", 1.0)
+    for n in (10, 100, 10_000):  # however many runs: a sample never excludes
+        row = decide(_cell(found=(0,), checked=(n,), rates=(0.0,), sampled_runs=n,
+                           dpor_workloads=3, dpor_exhausted=2), alpha=0.05, power_rate=0.05)
+        assert (row["verdict"], row["mode"]) == ("not found", "sampled")
+        assert row["ci_high"] == pytest.approx(zero_upper_bound(n, 0.025))
+        assert row["power"] == pytest.approx(detection_power(n, 0.05))
+        assert "power" in row["reason"] and f"0 of {n}" in row["reason"]
 
 
-def test_abstains_when_the_model_says_so_or_no_rule_applies() -> None:
-    strong = {
-        "dpor_tasks": 1,
-        "dpor_exhausted": 1,
-        "exhaustive_runs": 9,
-        "exhaustive_anomalous": 9,
-        "witness": "w.json",
-        "witness_replays": True,
-    }
-    row = decide(_cell(**strong, abstain_reason="no recovery procedure in the notes"))
-    assert row["verdict"] == "abstains" and "no recovery procedure" in row["reason"]
-    assert row["witness"] == ""
-    empty = decide(_cell())
-    assert empty["verdict"] == "abstains" and empty["runs"] == 0 and math.isnan(empty["rate"])
-    assert (empty["ci_low"], empty["ci_high"]) == (0.0, 1.0)
+def test_no_rate_where_nothing_was_measured() -> None:
+    strong = {"found": (9,), "checked": (9,), "rates": (1.0,), "witness": "w.json",
+              "witness_replays": True}
+    row = decide(_cell(**strong, abstain_reason="records neither inputs nor decisions"))
+    assert row["verdict"] == "abstains" and "records neither" in row["reason"]
+    assert row["witness"] == "" and row["runs"] == 0
+    assert all(math.isnan(row[k]) for k in ("rate", "ci_low", "ci_high", "draw_min"))
+    undecided = decide(_cell(found=(0,), checked=(10,), undecided=(4,), rates=(0.0,),
+                             dpor_workloads=1, dpor_exhausted=1))
+    assert undecided["verdict"] == "undecided" and undecided["undecided"] == 4
+    assert math.isnan(undecided["rate"])  # undecided runs are never counted as clean
+
+
+def test_n1_is_a_check_only_when_recovery_never_asked_a_judge_that_was_used() -> None:
+    base = {"found": (0,), "checked": (50,), "rates": (0.0,), "sampled_runs": 50}
+    check = decide(_cell("N1", **base, judged_runs=12, recovery_judge_calls=0))
+    assert (check["verdict"], check["mode"]) == ("excludes", "check")
+    assert math.isnan(check["rate"]) and "not a rate" in check["reason"]
+    assert decide(_cell("N1", **base, judge_free=True))["mode"] == "check"
+    # the judge was never asked live either: the runs could not have shown N1 at all
+    assert decide(_cell("N1", **base, judged_runs=0))["verdict"] == "not found"
+    assert decide(_cell("N1", **base, judged_runs=5, recovery_judge_calls=3))["verdict"] == (
+        "not found"
+    )
+    assert decide(_cell("RD", **base, judged_runs=12))["verdict"] == "not found"  # N1 only
+
+
+def test_a_crash_cell_admits_what_its_fault_free_cell_admits() -> None:
+    free = {"system": "s", "anomaly": "N2", "faults": "none", "verdict": "admits",
+            "witness": "witnesses/s-N2.json"}
+    crash = {"system": "s", "anomaly": "N2", "faults": "crash", "verdict": "not found",
+             "runs": 40, "reason": "0 of 40", "rate": 0.0, "ci_low": 0.0, "ci_high": 0.1,
+             "mode": "sampled", "witness": ""}
+    out = inherit_fault_free([free, crash])
+    assert out[1]["verdict"] == "admits" and out[1]["mode"] == "fault-free"
+    assert out[1]["witness"] == free["witness"] and math.isnan(out[1]["rate"])
+    kept = inherit_fault_free([{**free, "verdict": "excludes"}, crash])
+    assert kept[1] == crash
 
 
 def test_power_to_detect_a_rate() -> None:
     assert detection_power(0, 0.05) == 0.0
     assert detection_power(1, 0.05) == pytest.approx(0.05)
     assert detection_power(60, 0.05) == pytest.approx(1 - 0.95**60)
-    powers = [detection_power(n, 0.05) for n in (10, 50, 100, 400)]
-    assert powers == sorted(powers) and powers[-1] > 0.99
-    sampled = decide(_cell(sampled_runs=100), power_rate=0.05)
-    assert sampled["power"] == pytest.approx(detection_power(100, 0.05))
-    assert decide(_cell(dpor_tasks=1, dpor_exhausted=1, exhaustive_runs=4))["power"] == 1.0
 
 
 # ------------------------------------------------------------- planning and executors
 
 
-def test_plan_gives_every_task_its_own_seeds() -> None:
+def test_plan_covers_faults_draws_and_capacity_limits() -> None:
     config = load_config(CONFIG)
-    tasks = plan(config, "small", ["toki"])
-    per_system = sum(len(w["strategies"]) for w in config["workloads"]) * len(
-        config["budgets"]["small"]["seeds"]
-    )
-    assert len(tasks) == per_system
+    tasks = plan(config, "small", ["memoryos", "toki"])
+    draws = config["budgets"]["small"]["draws"]
+    assert all(t["draws"] == list(range(draws)) for t in tasks)
     assert [t["index"] for t in tasks] == list(range(len(tasks)))
-    assert len({(t["workload"]["name"], t["strategy"], t["seed"]) for t in tasks}) == len(tasks)
-    assert any(w.get("scenario") == "manager" for w in config["workloads"])
+    names = {(t["system"], t["fault"], t["workload"]["name"]) for t in tasks}
+    assert len(names) == len(tasks)
+    assert ("memoryos", "none", "capacity:knowledge-deque=100") in names
+    assert not any(s == "toki" and "capacity" in w for s, _, w in names)  # declares none
+    assert not any(f == "crash" and "capacity" in w for _, f, w in names)
+    crash = [t for t in tasks if t["fault"] == "crash"]
+    assert crash and all(t["crash_budget"] == 1 for t in crash)
+    assert {t["workload"]["name"] for t in crash if "dpor" in t["strategies"]} == {"manager"}
     with pytest.raises(InvalidInput):
         plan(config, "huge")
+
+
+def test_a_workload_is_dpor_in_every_draw_or_in_none() -> None:
+    config = load_config(CONFIG)
+    task = next(t for t in plan(config, "small", ["zep"]) if t["workload"]["name"] == "manager"
+                and t["fault"] == "none")
+    cut = run_task({**task, "budget": {**task["budget"], "dpor": 20}})
+    assert {d["mode"] for d in cut["draws"]} == {"sampled"} and cut["dpor_cut_after"] == 20
+    assert all(d["runs"] == task["budget"]["random"] + task["budget"]["pct"]
+               for d in cut["draws"])
+    done = run_task({**task, "budget": {**task["budget"], "dpor": 5000}})
+    assert {d["mode"] for d in done["draws"]} == {"exhaustive"} and done["dpor_cut_after"] == 0
+
+
+def test_rows_that_are_one_model_get_a_note() -> None:
+    notes = same_model_notes(["toki", "toki-lww", "toki-ewm"])
+    assert notes == ["toki and toki-ewm are the same model (same configuration)"]
 
 
 def test_local_executor_keeps_task_order() -> None:
@@ -132,14 +171,12 @@ def test_local_executor_keeps_task_order() -> None:
 def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, str]]]:
     out = tmp_path_factory.mktemp("matrix")
     argv = ["matrix", "--budget", "small", "--workers", "2", "--json"]
-    capture = out / "stdout.json"
     import contextlib
     import io
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         assert main([*argv, "--out", str(out), "--config", str(CONFIG)]) == 0
-    capture.write_text(buf.getvalue())
     return out, json.loads(buf.getvalue())
 
 
@@ -151,16 +188,29 @@ def test_csv_has_exactly_the_columns(small: tuple[Path, list[dict[str, str]]]) -
         on_disk = list(reader)
     assert on_disk == rows  # --json prints the same rows
     config = load_config(CONFIG)
-    assert {(r["system"], r["anomaly"]) for r in rows} == {
-        (s, a) for s in SYSTEMS for a in config["experiment"]["anomalies"]
+    assert {(r["system"], r["faults"], r["anomaly"]) for r in rows} == {
+        (s, f, a)
+        for s in SYSTEMS
+        for f in config["experiment"]["faults"]
+        for a in config["experiment"]["anomalies"]
     }
     for r in rows:
-        assert r["verdict"] in {"admits", "excludes", "abstains"}
-        assert r["mode"] in {"exhaustive", "sampled"}
-        assert float(r["ci_low"]) <= float(r["ci_high"])
+        assert r["kind"] == "model" and r["version"]
+        assert r["verdict"] in {"admits", "excludes", "not found", "undecided", "abstains"}
         assert (r["verdict"] == "admits") == bool(r["witness"])
+        if r["verdict"] == "abstains" or r["mode"] in ("check", "fault-free"):
+            assert r["rate"] == r["ci_low"] == r["ci_high"] == ""  # nothing measured
+        if r["verdict"] == "not found":
+            assert float(r["rate"]) == 0.0 and 0.0 < float(r["ci_high"]) < 1.0
+            assert r["mode"] == "sampled" and float(r["power"]) > 0
+        if r["verdict"] == "excludes":
+            assert r["mode"] in ("exhaustive", "check")
+        if r["rate"]:
+            assert float(r["ci_low"]) <= float(r["rate"]) <= float(r["ci_high"])
+            assert float(r["draw_min"]) <= float(r["rate"]) <= float(r["draw_max"])
     for name in ("matrix.md", "matrix.tex", "matrix.png"):
         assert (out / name).stat().st_size > 0
+    assert "toki and toki-ewm are the same model" in (out / "matrix.md").read_text()
 
 
 def test_every_witness_replays(small: tuple[Path, list[dict[str, str]]]) -> None:
@@ -168,8 +218,14 @@ def test_every_witness_replays(small: tuple[Path, list[dict[str, str]]]) -> None
     listed = {r["witness"] for r in rows if r["witness"]}
     on_disk = {f"witnesses/{p.name}" for p in (out / "witnesses").glob("*.json")}
     assert listed == on_disk and listed, "admits cells and witness files must match"
+    crash = [rel for rel in listed if rel.endswith("-crash.json")]
+    assert crash, "some cell admits only with crashes"
     for rel in sorted(listed):
         assert main(["replay", str(out / rel), "--json"]) == 0, rel
+    n2 = json.loads((out / next(r for r in sorted(listed) if "-N2" in r)).read_text())
+    reach = n2["details"]["serial_under_other_draws"]
+    assert reach["draws"] == load_config(CONFIG)["experiment"]["other_draws"]
+    assert 0 <= reach["reachable"] <= reach["draws"]
 
 
 def _subset_rows(out: Path) -> list[dict[str, str]]:

@@ -6,10 +6,13 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toki.errors import InvalidInput
 from toki.experiments.stats import (
     bootstrap_mean_ci,
+    cluster_interval,
     compare_paired,
     holm,
     mcnemar_counts,
@@ -18,6 +21,7 @@ from toki.experiments.stats import (
     paired_bootstrap_ci,
     paired_mean_power,
     wilson_interval,
+    zero_upper_bound,
 )
 
 
@@ -124,3 +128,53 @@ def test_compare_paired_binary() -> None:
     assert c.mcnemar_p == pytest.approx(mcnemar_exact(10, 2))
     assert c.diff.estimate == pytest.approx(8 / 17)
     assert 0.0 < c.power_mcnemar < 1.0
+
+
+# ------------------------------------------------------------- clustered rates (the matrix)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=2, max_size=30))
+def test_cluster_interval_is_a_t_interval_around_the_mean(rates: list[float]) -> None:
+    ci = cluster_interval(rates)
+    assert ci.estimate == pytest.approx(float(np.mean(rates)))
+    assert 0.0 <= ci.low <= ci.estimate + 1e-12 and ci.estimate - 1e-12 <= ci.high <= 1.0
+    if max(rates) == min(rates):
+        assert ci.low == pytest.approx(ci.high)  # no spread between draws: no uncertainty
+
+
+def test_cluster_interval_known_value_and_one_cluster() -> None:
+    # mean 0.5, sd 0.1 over 4 draws: half-width t(0.975, 3) * 0.1 / 2 = 3.1824 * 0.05
+    ci = cluster_interval([0.4, 0.5, 0.6, 0.5])
+    sd = float(np.std([0.4, 0.5, 0.6, 0.5], ddof=1))
+    assert ci.high - ci.estimate == pytest.approx(3.182446 * sd / 2, rel=1e-5)
+    one = cluster_interval([0.3])
+    assert (one.estimate, one.low, one.high) == (0.3, 0.0, 1.0)
+
+
+def test_cluster_interval_covers_where_wilson_over_runs_does_not() -> None:
+    """Runs clustered by draw (each draw has its own rate): the t interval over draws keeps
+    about its nominal coverage, Wilson over all runs as if independent falls far short. The
+    matrix's judge draws are such clusters (issue #17, item 4)."""
+    seed = 17
+    print(f"seed {seed}")
+    rng = np.random.default_rng(seed)
+    draws, runs, truth = 8, 200, 0.3
+    cover_t = cover_w = 0
+    trials = 400
+    for _ in range(trials):
+        per_draw = rng.beta(1.5, 3.5, size=draws)  # mean 0.3, wide spread between draws
+        hits = rng.binomial(runs, per_draw)
+        cover_t += cluster_interval(hits / runs).contains(truth)
+        cover_w += wilson_interval(int(hits.sum()), draws * runs).contains(truth)
+    assert cover_t / trials > 0.9
+    assert cover_w / trials < 0.6
+
+
+def test_zero_upper_bound() -> None:
+    assert zero_upper_bound(0) == 1.0
+    for n in (1, 10, 100, 1000):
+        b = zero_upper_bound(n, 0.05)
+        assert (1 - b) ** n == pytest.approx(0.05)
+    assert zero_upper_bound(1000) < zero_upper_bound(100) < zero_upper_bound(10)
+    assert zero_upper_bound(1000) == pytest.approx(3 / 1000, rel=0.01)  # the rule of three

@@ -238,3 +238,79 @@ def test_model_runs_and_serial_run_has_no_n2(name: str) -> None:
     for run in iter_runs(program, DPOR(), budget=5):
         verdict = check_run(system, single, run, SimJudge(0.5, 3), SimJudge(0.5, 4), ("N2",))
         assert not verdict["N2"].found
+
+
+# ---------------------------------------------------------------------------- issue #17
+
+
+@pytest.mark.parametrize(
+    ("records", "abstains"),
+    [
+        (Records(), set()),
+        (Records(inputs=False), set()),  # recovery re-applies decisions
+        (Records(decisions=False), set()),  # recovery replays inputs
+        (Records(inputs=False, decisions=False), {"N1", "RD"}),  # rows read back as they are
+        (Records(inputs=False, decisions=False, durable_state=False), set()),  # restart: empty
+        (Records(concurrency=False), {"N2"}),
+        (Records(inputs=False, decisions=False, concurrency=False), {"N1", "RD", "N2"}),
+    ],
+)
+def test_abstention_follows_from_what_a_model_records(
+    records: Records, abstains: set[str]
+) -> None:
+    assert set(abstentions(records)) == abstains
+    assert "N3" not in abstentions(records)  # N3 asks the final store only: always runs
+
+
+def test_capacity_workload_crosses_the_limit_and_keeps_n2_decidable() -> None:
+    from toki.check.anomalies import serial_orders
+    from toki.sim.workload import capacity
+
+    wl = capacity(5)
+    assert [len(inbox) for inbox in wl.inboxes] == [6, 1]
+    assert len({c.value for c in wl.claims}) == 7 and wl.keys == ("user:city",)
+    orders, complete = serial_orders(wl.inboxes, 5040)
+    assert complete and len(orders) == 7  # where the racer goes among agent 0's six claims
+    assert capacity(100).params == {"capacity": 100}
+
+
+def test_memoryos_deque_erases_serially_once_the_capacity_is_crossed() -> None:
+    """MemoryOS's knowledge deque holds 100 entries: with 101 values of one key the first is
+    evicted and no longer recoverable, with no interleaving at all (the committed matrix
+    said 'excludes' for N3 before it had a workload this large)."""
+    from toki.sim.workload import capacity
+
+    system = get_system("memoryos")
+    assert system.capacities == {"knowledge deque": 100}
+    wl = capacity(100)
+    single = Workload("serial", (wl.inboxes[0],))  # the 101 claims of agent 0
+    program = build_program(system, single, judge=ALWAYS)  # the profile takes each new value
+    run = next(iter_runs(program, DPOR(), budget=1))
+    verdict = check_run(system, single, run, ALWAYS, ALWAYS, ("N3",))["N3"]
+    assert verdict.found and verdict.details["erased"] == {"user:city": ["v000"]}
+    below = Workload("serial", (capacity(98).inboxes[0],))
+    run = next(iter_runs(build_program(system, below, judge=ALWAYS), DPOR(), budget=1))
+    assert not check_run(system, below, run, ALWAYS, ALWAYS, ("N3",))["N3"].found
+
+
+@pytest.mark.parametrize(("name", "limit"), [("mem0-1.0.11", 5), ("mem0-2.0.18", 10)])
+def test_mem0_search_returns_at_most_top_k(name: str, limit: int) -> None:
+    """The judge (or the dedup) sees at most top_k of a key's memories."""
+    from toki.sim.engine import Execution
+    from toki.sim.program import program as make_program
+    from toki.systems.mem0 import _search
+
+    system = get_system(name)
+    assert system.capacities == {"search top_k": limit}
+    rows = {("mem", "k", f"a0.{i}"): {"value": f"v{i}"} for i in range(limit + 3)}
+    seen: list[dict[Any, Any]] = []
+
+    def agent() -> Any:
+        seen.append((yield from _search("k", limit)))
+        return "ok"
+
+    ex = Execution(make_program("search", system.isolation, rows, [agent]))
+    while ex.enabled():
+        ex.step(0)
+    assert len(seen[0]) == limit
+    assert sorted(seen[0]) == sorted(rows, key=lambda k: (len(k[2]), k[2]))[:limit]

@@ -7,8 +7,8 @@
   the judge cannot show it (the number of judge calls is reported with every verdict).
 - RD recovery divergence: the recovery with the pinned judge already differs from the live
   state, for a reason other than the judge (a different order, a lost or half-written record,
-  nothing durable). N1 or RD holds exactly when the fresh-judge recovery differs from the
-  live state.
+  nothing durable). Whenever the fresh-judge recovery differs from the live state (the
+  check that was called N1 before the split), N1 or RD holds.
 - N2 belief-drift skew: the committed belief state is not the belief state of any serial
   execution of the same committed claims, in an order that respects each agent's own order
   (lost evidence update, write skew on one (subject, predicate) partition, a duplicated

@@ -58,8 +58,8 @@ class CalibrationCell:
     runs: int
     inconsistent: int
     rate: float
-    ci_low: float  # NaN for a check (no judge call at replay: nothing is estimated)
-    ci_high: float
+    ci_low: float | None  # None for a check (no judge call at replay: nothing is estimated)
+    ci_high: float | None
     predicted: float
     judge_calls: int  # judge calls made by the replays of this cell
     check: bool  # the rate is a deterministic check, not a binomial estimate
@@ -110,9 +110,9 @@ def calibrate_cell(spec: dict[str, Any]) -> CalibrationCell:
         hits += differs
         calls += asked
     check = calls == 0  # no judge asked at replay: the rate cannot be anything but 0
-    if check:
-        low = high = float("nan")
-    else:
+    low: float | None = None
+    high: float | None = None
+    if not check:
         ci = binomtest(hits, runs).proportion_ci(confidence_level=0.95, method="wilson")
         low, high = float(ci.low), float(ci.high)
     return CalibrationCell(
@@ -186,9 +186,7 @@ def write_outputs(cells: Sequence[CalibrationCell], folder: Path) -> tuple[Path,
         writer = csv.DictWriter(fh, fieldnames=list(asdict(cells[0])), lineterminator="\n")
         writer.writeheader()
         for cell in cells:
-            row = asdict(cell)
-            row.update({k: "" for k in ("ci_low", "ci_high") if row[k] != row[k]})  # NaN
-            writer.writerow(row)
+            writer.writerow(asdict(cell))
     fig, ax = plt.subplots(figsize=(5.5, 4))
     grid = [i / 100 for i in range(101)]
     ax.plot(grid, [predicted_rate(p, False) for p in grid], color="0.4", label="predicted 2p(1-p)")
@@ -196,7 +194,10 @@ def write_outputs(cells: Sequence[CalibrationCell], folder: Path) -> tuple[Path,
     ax.errorbar(
         [c.p for c in unlogged],
         [c.rate for c in unlogged],
-        yerr=[[c.rate - c.ci_low for c in unlogged], [c.ci_high - c.rate for c in unlogged]],
+        yerr=[
+            [c.rate - (c.ci_low if c.ci_low is not None else c.rate) for c in unlogged],
+            [(c.ci_high if c.ci_high is not None else c.rate) - c.rate for c in unlogged],
+        ],
         fmt="o",
         color="#0072B2",
         capsize=2,
