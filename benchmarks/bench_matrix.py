@@ -34,13 +34,18 @@ def _timed(budget: str, executor: str, workers: int) -> tuple[float, MatrixResul
         return time.perf_counter() - t0, result
 
 
+def _schedules(task: dict[str, Any]) -> int:
+    """Runs a task explored: every draw's checked runs plus a cut-off DPOR exploration."""
+    return int(sum(d["runs"] for d in task["draws"]) + task.get("dpor_cut_after", 0))
+
+
 def per_system(result: MatrixResult) -> dict[str, dict[str, Any]]:
     """Schedules explored and checked per second of one worker's time, per system."""
     out: dict[str, dict[str, Any]] = {}
     for t in result.tasks:
         s = out.setdefault(t["system"], {"tasks": 0, "schedules": 0, "seconds": 0.0})
         s["tasks"] += 1
-        s["schedules"] += t["schedules"]
+        s["schedules"] += _schedules(t)
         s["seconds"] += t["seconds"]
     for s in out.values():
         s["schedules_per_s"] = round(s["schedules"] / s["seconds"], 1) if s["seconds"] else None
@@ -67,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         speed[label], _ = _timed(args.speedup_budget, executor, workers)
         print(f"{args.speedup_budget} matrix on {label}: {speed[label]:.1f} s")
-    schedules = sum(t["schedules"] for t in full.tasks)
+    schedules = sum(_schedules(t) for t in full.tasks)
     data = {
         "machine": machine_info(),
         # the cores are shared: a load above the core count means other work competed
