@@ -187,7 +187,7 @@ def write_outputs(cells: Sequence[CalibrationCell], folder: Path) -> tuple[Path,
         writer.writeheader()
         for cell in cells:
             writer.writerow(asdict(cell))
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig, ax = plt.subplots(figsize=(6, 5))
     grid = [i / 100 for i in range(101)]
     ax.plot(grid, [predicted_rate(p, False) for p in grid], color="0.4", label="predicted 2p(1-p)")
     unlogged = [c for c in cells if not c.logged]
@@ -217,8 +217,8 @@ def write_outputs(cells: Sequence[CalibrationCell], folder: Path) -> tuple[Path,
     mad, noise = mean_absolute_deviation(cells), noise_mad(cells)
     ax.set_xlabel("p (judge votes for the challenger)")
     ax.set_ylabel("replay-inconsistency (N1) rate")
-    ax.set_title(f"Replay calibration: MAD {mad:.4f} (sampling noise alone: {noise:.4f})")
-    ax.legend(fontsize=7)
+    ax.set_title(f"Replay calibration: MAD {mad:.4f} (noise alone {noise:.4f})", fontsize=10)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     fig.tight_layout()
     png_path = folder / "calibration.png"
     fig.savefig(png_path, dpi=120, metadata={"Software": None})
