@@ -243,11 +243,24 @@ def _figure(name: str, what: str, cmd: str, draw: Callable[[], bytes] | None) ->
             rf"\includegraphics[width=\linewidth]{{generated/{name}.pdf}}" + "\n"}
 
 
+def _noise_mad(rows: list[dict[str, str]]) -> float:
+    """E|X/n - r| for X ~ Binomial(n, r), averaged over the cells: the MAD noise alone gives."""
+    import numpy as np
+    from scipy.stats import binom
+
+    total = 0.0
+    for r in rows:
+        n, rate = int(r["runs"]), float(r["predicted"])
+        k = np.arange(n + 1)
+        total += float((binom.pmf(k, n, rate) * np.abs(k / n - rate)).sum())
+    return total / len(rows)
+
+
 def calibration(root: Path, m: Macros) -> Assets:
     cmd = "toki calibrate"
     text = read(root, "verdict_matrix/calibration.csv")
-    names = ["CalibCells", "CalibRuns", "CalibMAD", "CalibRsq", "CalibMaxLogged", "CalibMaxDev",
-             "CalibLoggedRuns", "CalibLoggedInconsistent"]
+    names = ["CalibCells", "CalibRuns", "CalibMAD", "CalibNoiseMAD", "CalibRsq", "CalibMaxLogged",
+             "CalibMaxDev", "CalibLoggedRuns", "CalibLoggedInconsistent", "CalibLoggedJudgeCalls"]
     if text is None:
         m.missing(names, cmd)
         return {"tab_calibration.tex": missing_block("Calibration table", cmd),
@@ -261,23 +274,29 @@ def calibration(root: Path, m: Macros) -> Assets:
     mean = sum(meas) / len(meas)
     ss_tot = sum((a - mean) ** 2 for a in meas)
     ss_res = sum((a - b) ** 2 for a, b in zip(meas, pred, strict=True))
-    runs = sorted({int(r["runs"]) for r in rows})
     m.set("CalibCells", len(un))
-    m.set("CalibRuns", "/".join(str(r) for r in runs))
-    m.set("CalibMAD", num(sum(dev) / len(dev)))
-    m.set("CalibRsq", num(1 - ss_res / ss_tot, 2) if ss_tot else "n/a")
+    m.set("CalibRuns", "/".join(str(r) for r in sorted({int(r["runs"]) for r in un})))
+    m.set("CalibMAD", num(sum(dev) / len(dev), 4))
+    m.set("CalibNoiseMAD", num(_noise_mad(un), 4))
+    m.set("CalibRsq", num(1 - ss_res / ss_tot, 3) if ss_tot else "n/a")
     m.set("CalibMaxDev", num(max(dev)))
     m.set("CalibMaxLogged", num(max(float(r["rate"]) for r in lo)))
     m.set("CalibLoggedRuns", sum(int(r["runs"]) for r in lo))
     m.set("CalibLoggedInconsistent", sum(int(r["inconsistent"]) for r in lo))
+    m.set("CalibLoggedJudgeCalls", sum(int(r.get("judge_calls") or 0) for r in lo))
     body = []
     logged = {r["p"]: r for r in lo}
     for r in un:
         lg = logged.get(r["p"])
+        if lg is None:
+            keyed = "---"
+        elif lg.get("check") == "True":
+            keyed = f"{num(float(lg['rate']))} (check: {lg['judge_calls']} judge calls)"
+        else:
+            keyed = num(float(lg["rate"]))
         body.append([r["p"], num(float(r["predicted"])), num(float(r["rate"])),
-                     f"[{num(float(r['ci_low']))}, {num(float(r['ci_high']))}]",
-                     num(float(lg["rate"])) if lg else "---"])
-    table = tabular("@{}rrrcr@{}", ["$p$", r"predicted $2p(1-p)$", "measured (no log)",
+                     f"[{num(float(r['ci_low']))}, {num(float(r['ci_high']))}]", keyed])
+    table = tabular("@{}rrrcl@{}", ["$p$", r"predicted $2p(1-p)$", "measured (no log)",
                                     "Wilson 95\\%", "measured (keyed log)"], body, r"\scriptsize")
 
     def draw() -> bytes:
@@ -289,10 +308,10 @@ def calibration(root: Path, m: Macros) -> Assets:
         pairs = list(zip(meas, un, strict=True))
         yerr = [[a - float(r["ci_low"]) for a, r in pairs],
                 [float(r["ci_high"]) - a for a, r in pairs]]
-        ax.errorbar(ps, meas, yerr=yerr, fmt="o", ms=3, capsize=2, color="C0",
-                    label="measured, no log")
+        ax.errorbar(ps, meas, yerr=yerr, fmt="o", ms=3, capsize=2, color="#0072B2",
+                    label="measured, no log (Wilson 95%)")
         ax.plot([float(r["p"]) for r in lo], [float(r["rate"]) for r in lo], "s", ms=3,
-                color="C3", label="measured, keyed log")
+                color="#D55E00", label="keyed log (a check: no judge call)")
         ax.set_xlabel("p (judge votes for the challenger)")
         ax.set_ylabel("N1 rate (replay differs)")
         ax.set_ylim(-0.02, 0.7)
@@ -320,36 +339,86 @@ def _generic_table(rows: list[dict[str, Any]], limit: int = 40) -> str:
                    r"\scriptsize") + note
 
 
+MATRIX_NAMES = {"N1": "N1", "RD": "RD", "N2": "N2", "N3": "N3"}
+FAULT_TITLES = {"none": "no faults", "crash": "one crash per agent"}
+
+
+def _matrix_cell(r: dict[str, str]) -> str:
+    """A verdict in a few characters: an admits' rate, a not found's bound, marks otherwise."""
+    v, mode = r["verdict"], r.get("mode", "")
+    if v == "admits" and mode == "fault-free":
+        return r"adm.$^{f}$"
+    if v == "admits":
+        return num(float(r["rate"]), 2) if r["rate"] else "adm."
+    if v == "excludes":
+        return r"excl.$^{c}$" if mode == "check" else "excl."
+    if v == "not found":
+        return r"$<$" + num(float(r["ci_high"]), 3)
+    return {"abstains": "abst.", "undecided": "und."}.get(v, tex(v))
+
+
 def matrix(root: Path, m: Macros) -> Assets:
     cmd = "toki matrix"
+    names = ["MatrixSystems", "MatrixCells", "MatrixAdmits", "MatrixExcludes", "MatrixNotFound",
+             "MatrixAbstains", "MatrixUndecided", "MatrixDraws", "MatrixCrashChanged",
+             "MatrixCrashAdmits", "MatrixSameModel"]
     text = read(root, "verdict_matrix/matrix.csv")
     if not text or not text.strip():
-        m.missing(["MatrixSystems", "MatrixCells", "MatrixAdmits"], cmd)
-        return {"tab_matrix.tex": missing_block("Verdict matrix", cmd)}
+        m.missing(names, cmd)
+        return {"tab_matrix.tex": missing_block("Verdict matrix", cmd),
+                **_figure("fig_matrix", "Verdict-matrix figure", cmd, None)}
     rows = _csv_rows(text)
-    cols = set(rows[0])
-    if {"system", "anomaly", "verdict"} <= cols:
-        systems = list(dict.fromkeys(r["system"] for r in rows))
-        anomalies = list(dict.fromkeys(r["anomaly"] for r in rows))
-        cell: dict[tuple[str, str], list[str]] = {}
-        for r in rows:
-            v = r["verdict"]
-            rate = r.get("rate")
-            if rate not in (None, "") and v != "abstains":
-                v += f" {float(rate):.2f}" if _isfloat(rate) else f" {rate}"
-            cell.setdefault((r["system"], r["anomaly"]), []).append(v)
-        body = [[code(s), *[tex("; ".join(cell.get((s, a), ["---"]))) for a in anomalies]]
-                for s in systems]
-        m.set("MatrixSystems", len(systems))
-        m.set("MatrixCells", len(rows))
-        m.set("MatrixAdmits", sum(r["verdict"] == "admits" for r in rows))
-        return {"tab_matrix.tex": tabular("@{}l" + "l" * len(anomalies) + "@{}",
-                                          ["system", *[tex(a) for a in anomalies]], body,
-                                          r"\scriptsize")}
-    m.set("MatrixSystems", len({r.get("system", "") for r in rows}))
+    if not {"system", "anomaly", "verdict", "faults"} <= set(rows[0]):
+        m.missing(names, cmd)
+        return {"tab_matrix.tex": _generic_table(rows),
+                **_figure("fig_matrix", "Verdict-matrix figure", cmd, None)}
+    systems = list(dict.fromkeys(r["system"] for r in rows))
+    faults = list(dict.fromkeys(r["faults"] for r in rows))
+    anomalies = list(dict.fromkeys(r["anomaly"] for r in rows))
+    at = {(r["system"], r["faults"], r["anomaly"]): r for r in rows}
+    verdicts = [r["verdict"] for r in rows]
+    m.set("MatrixSystems", len(systems))
     m.set("MatrixCells", len(rows))
-    m.set("MatrixAdmits", sum("admit" in " ".join(r.values()) for r in rows))
-    return {"tab_matrix.tex": _generic_table(rows)}
+    for macro, verdict in (("MatrixAdmits", "admits"), ("MatrixExcludes", "excludes"),
+                           ("MatrixNotFound", "not found"), ("MatrixAbstains", "abstains"),
+                           ("MatrixUndecided", "undecided")):
+        m.set(macro, verdicts.count(verdict))
+    m.set("MatrixDraws", max(int(r["draws"]) for r in rows if r["draws"]))
+    changed = [(s, a) for s in systems for a in anomalies
+               if "none" in faults and "crash" in faults
+               and at[s, "none", a]["verdict"] != at[s, "crash", a]["verdict"]]
+    m.set("MatrixCrashChanged", len(changed))
+    m.set("MatrixCrashAdmits", tex(", ".join(
+        f"{s} {a}" for s, a in changed if at[s, "crash", a]["verdict"] == "admits") or "none"))
+    same = _same_model_note(read(root, "verdict_matrix/matrix.md") or "")
+    m.set("MatrixSameModel", same or "no two rows are the same model")
+    n = len(anomalies)
+    spec = "@{}l" + "|".join("c" * n for _ in faults) + "@{}"
+    lines = ["% generated by paper/assets.py; do not edit", r"{\scriptsize",
+             r"\begin{tabular}{" + spec + "}", r"\toprule",
+             " & " + " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{tex(FAULT_TITLES.get(f, f))}}}"
+                                for f in faults) + r" \\",
+             "system & " + " & ".join(tex(MATRIX_NAMES.get(a, a)) for _ in faults
+                                      for a in anomalies) + r" \\",
+             r"\midrule"]
+    for s in systems:
+        lines.append(code(s) + " & " + " & ".join(
+            _matrix_cell(at[s, f, a]) for f in faults for a in anomalies) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}}", ""]
+    png = root / "verdict_matrix" / "matrix.png"
+    figure: Assets = {}
+    if png.exists():
+        figure = {"fig_matrix.png": png.read_bytes(),
+                  "fig_matrix.tex": "% generated by paper/assets.py; do not edit\n"
+                  r"\includegraphics[width=\linewidth]{generated/fig_matrix.png}" + "\n"}
+    else:
+        figure = _figure("fig_matrix", "Verdict-matrix figure", cmd, None)
+    return {"tab_matrix.tex": "\n".join(lines), **figure}
+
+
+def _same_model_note(markdown: str) -> str:
+    found = re.search(r"^Note: (.+ are the same model[^.]*)\.$", markdown, re.M)
+    return tex(found.group(1)) if found else ""
 
 
 def _isfloat(s: str) -> bool:
