@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toki.check.anomalies import (
+    ANOMALIES,
     check_run,
     committed_snapshots,
     delivered,
@@ -32,7 +33,7 @@ def _counts(
         build_program(model, workload, level=level, judge=JUDGE), DPOR(), budget=budget
     ):
         counts["runs"] += 1
-        for name, v in check_run(model, workload, run, JUDGE, RECOVERY).items():
+        for name, v in check_run(model, workload, run, JUDGE, RECOVERY, ANOMALIES).items():
             counts[name] += v.found
     return counts
 

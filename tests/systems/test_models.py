@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from toki.check.anomalies import check_run
+from toki.check.anomalies import ANOMALIES, check_run
 from toki.sim import DPOR, iter_runs
 from toki.sim.workload import SimClaim, Workload, scenario
 from toki.systems.base import (
@@ -46,7 +46,7 @@ def found(
     runs = 0
     for run in iter_runs(program, DPOR(), budget=budget):
         runs += 1
-        for name, verdict in check_run(system, workload, run, judge, recovery).items():
+        for name, verdict in check_run(system, workload, run, judge, recovery, ANOMALIES).items():
             hits[name] += verdict.found
             abstained[name] += not verdict.ran
     return runs, hits, abstained

@@ -493,9 +493,10 @@ def check_run(
     run: Run,
     judge: SimJudge,
     recovery_judge: SimJudge,
-    anomalies: Sequence[str] = ANOMALIES,
+    anomalies: Sequence[str] = ("N1", "N2", "N3"),
 ) -> dict[str, Verdict]:
-    """Run the requested checks; a check the model abstains from gets ran=False (the rule is
+    """Run the requested checks (by default the three of the original interface; pass
+    `ANOMALIES` for RD too); a check the model abstains from gets ran=False (the rule is
     `toki.systems.base.abstentions`)."""
     out: dict[str, Verdict] = {}
     abstains = system.abstains
