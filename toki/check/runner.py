@@ -274,7 +274,12 @@ def check_history_file(
     if history.final is not None and history.recovered is not None:
         keys = sorted(set(history.final) | set(history.recovered))
         differ = [k for k in keys if history.final.get(k) != history.recovered.get(k)]
-        out["checks"]["N1"] = {"found": bool(differ), "keys": differ}
+        out["checks"]["N1"] = {
+            "found": bool(differ),
+            "keys": differ,
+            "note": "the recorded recovery differs from the live state: N1 or RD (a recorded "
+            "history does not say whether a fresh judge or something else caused it)",
+        }
     else:
         out["could_not_run"]["N1"] = "needs 'final' and 'recovered' belief records"
     out["could_not_run"]["N2"] = (
