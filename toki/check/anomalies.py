@@ -395,7 +395,6 @@ def n2_drift(system: SystemModel, workload: Workload, run: Run, judge: SimJudge)
         )
     details: dict[str, Any] = {
         "serial_orders": total,
-        "orders_run": len(serial.hashes),
         "committed_claims": len(claims),
         "uncertain_claims": unsure,
         "orders_checked": "all" if serial.complete else "sampled",
