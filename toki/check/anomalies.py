@@ -137,7 +137,7 @@ def _recover(
     memoised: recovery is a function of the final state and the judge, and the explored
     schedules of one program end in few distinct states."""
     key = (_model_key(system), run.state_hash, tuple(keys), judge.p, judge.seed)
-    hit = _RECOVER_CACHE.get(key)
+    hit = _RECOVER_CACHE.get(key) if run.state_hash else None  # a run without a hash: no cache
     if hit is None:
         if len(_RECOVER_CACHE) > _CACHE_LIMIT:
             _RECOVER_CACHE.clear()
@@ -184,15 +184,24 @@ def recovery_checks(
 
 
 def n1_replay(
-    system: SystemModel,
-    workload: Workload,
-    run: Run,
-    recovery_judge: SimJudge,
-    judge: SimJudge | None = None,
+    system: SystemModel, workload: Workload, run: Run, recovery_judge: SimJudge
 ) -> Verdict:
-    """N1 alone (see `recovery_checks`); `judge` is the live judge (default: seed 0)."""
-    live = judge or SimJudge(recovery_judge.p)
-    return recovery_checks(system, workload, run, live, recovery_judge)[0]
+    """The check as it was before N1 and RD were split: the recovery with `recovery_judge`
+    differs from the live state (N1 or RD, undistinguished). Kept for callers that check a
+    recorded run without a pinned judge (`toki.real.checks`); `recovery_checks` separates the
+    two."""
+    final = dict(run.state)
+    live = system.beliefs(final, workload.keys)
+    recovered = system.recover(final, workload.keys, recovery_judge)
+    keys = tuple(k for k in workload.keys if live.get(k) != recovered.get(k))
+    return Verdict(
+        "N1",
+        bool(keys),
+        keys,
+        {k: live.get(k) for k in keys},
+        {k: recovered.get(k) for k in keys},
+        {"recovery_judge_seed": getattr(recovery_judge, "seed", None)},
+    )
 
 
 # ------------------------------------------------------------------------ N2
