@@ -110,10 +110,22 @@ def _frozen(value: Any) -> Any:
 
 class LiveTrace:
     """The gate points and crashes of the world being run (one per program; a new world
-    starts a new trace)."""
+    starts a new trace), and counters over all worlds (`notes`): `sibling_order_fixed`
+    counts the moments an async agent had two or more tasks parked at gate points that
+    touch shared state; the explorer released them in creation order (the (agent, task)
+    orders inside one agent are not explored, see docs/real.md)."""
 
-    def __init__(self) -> None:
+    def __init__(self, workload: Workload | None = None, seed: int = 0) -> None:
         self.trace: list[dict[str, Any]] = []
+        self.notes: dict[str, int] = {}
+        self.workload = workload
+        self.seed = seed
+        self.replays: dict[str, Any] = {}  # recovery re-runs, memoised by order and judge
+
+
+def _siblings_touch_shared(resp: Mapping[str, Any]) -> bool:
+    parked = resp.get("parked") or []
+    return sum(1 for p in parked if p.get("reads") or p.get("writes")) >= 2
 
 
 def open_session(system: RealSystem, *, gate_timeout: float = 60.0) -> Session:
@@ -134,7 +146,7 @@ def real_program(
     max_steps: int = 10_000,
 ) -> tuple[Program, LiveTrace]:
     """A program whose every world is a fresh instance of the library in `session`."""
-    live = LiveTrace()
+    live = LiveTrace(workload, seed)
     config = system.host.config(workload)
 
     def agent(i: int, inbox: Sequence[SimClaim]) -> Agent:
@@ -142,6 +154,8 @@ def real_program(
         pending: Step | None = None  # the model's lock release, after the real one
         while resp["state"] == "parked" or pending is not None:
             point = GatePoint.from_json(resp["point"]) if resp["state"] == "parked" else None
+            if point is not None and pending is None and _siblings_touch_shared(resp):
+                live.notes["sibling_order_fixed"] = live.notes.get("sibling_order_fixed", 0) + 1
             try:
                 if pending is not None:
                     yield pending
@@ -179,9 +193,10 @@ def real_program(
                     "claim": point.claim,
                     "detail": point.detail,
                     "reply": reply,
+                    **({"task": point.task} if point.task else {}),
                 }
             )
-            resp = session.call("step", agent=i, reply=reply)
+            resp = session.call("step", agent=i, reply=reply, task=point.task)
         return _frozen(resp["outcome"])
 
     def build() -> World:
@@ -200,15 +215,44 @@ def finish_run(
     """Observe the library after `run` ended (call before anything re-opens the session)."""
     seen = session.call("observe")
     recovered = session.call("recover", config={"p": recovery.p, "seed": recovery.seed})
+    trace = tuple(live.trace)
+    restored = recovered.get("recovered")
+    replay_inputs = getattr(system.host, "replay_inputs", None)
+    if restored is None and replay_inputs is not None and live.workload is not None:
+        restored = _replay(system, session, live, seen["observation"], recovery, replay_inputs)
     return RealRun(
         schedule=run.schedule,
-        trace=tuple(live.trace),
+        trace=trace,
         outcomes=run.outcomes,
         observation=seen["observation"],
         timeline=tuple(seen["timeline"]),
-        recovered=recovered.get("recovered"),
+        recovered=restored,
         footprints=run.footprints,
     )
+
+
+def _replay(
+    system: RealSystem,
+    session: Session,
+    live: LiveTrace,
+    observation: Mapping[str, Any],
+    recovery: Picker,
+    replay_inputs: Any,
+) -> Any:
+    """A library whose documented recovery is re-ingesting its stored inputs (Graphiti's
+    episodes): run the real code serially over them, in the order the library lists them,
+    with the fresh recovery judge. Call after observing: it re-opens the session."""
+    assert live.workload is not None
+    order = replay_inputs(observation, live.workload)
+    if order is None:
+        return None
+    key = canonical_json([recovery.p, recovery.seed, [c.to_json() for c in order]])
+    found = live.replays.get(key)
+    if found is None:
+        obs = run_serially(system, session, live.workload, order, recovery, live.seed)
+        found = {"replayed": obs, "order": [c.to_json() for c in order]}
+        live.replays[key] = found
+    return found
 
 
 def real_runs(
@@ -247,6 +291,8 @@ def real_runs(
         close = getattr(runs, "close", None)
         if close is not None:
             close()
+        for name, count in sorted(live.notes.items()):
+            stats.note(name, count)
 
 
 @contextmanager
@@ -357,7 +403,8 @@ def run_serially(
     resp = session.call("start", agent=0, inbox=[c.to_json() for c in order])
     while resp["state"] == "parked":
         point = GatePoint.from_json(resp["point"])
-        resp = session.call("step", agent=0, reply=system.host.answer(point, judge))
+        reply = system.host.answer(point, judge)
+        resp = session.call("step", agent=0, reply=reply, task=point.task)
     observation: Mapping[str, Any] = session.call("observe")["observation"]
     return observation
 
