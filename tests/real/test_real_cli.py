@@ -64,5 +64,9 @@ def test_list_names_every_system_and_its_environment(capsys: pytest.CaptureFixtu
     assert main(["list", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     names = {s["name"] for s in data["systems"]}
-    assert names == {"mem0-1.0.11", "mem0-2.2.1", "toki-memory", "toki-sqlite"}
+    assert names == {"mem0-1.0.11", "mem0-2.2.1", "toki-memory", "toki-sqlite",
+                     "graphiti-0.31.2", "langgraph-store-memory", "langgraph-store-postgres",
+                     "langmem-0.0.30"}
+    shared = {s["name"]: s["environment"] for s in data["systems"]}
+    assert shared["langmem-0.0.30"] == shared["langgraph-store-postgres"]  # one environment
     assert data["aliases"]["mem0-2.x"] == "mem0-2.2.1"

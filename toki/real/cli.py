@@ -89,7 +89,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
     rows = []
     for name, s in sorted(SYSTEMS.items()):
-        where = "toki's own interpreter" if s.lock is None else str(env_dir(name, s.lock))
+        where = "toki's own interpreter" if s.lock is None else str(env_dir(s.env_name, s.lock))
         ready = s.lock is None or (Path(where) / "ready.json").is_file()
         rows.append({**s.describe(), "environment": where, "ready": ready})
     if args.json:
@@ -107,7 +107,12 @@ def _cmd_setup(args: argparse.Namespace) -> int:
     from toki.real.systems import SYSTEMS, get_real_system, setup_system
 
     if args.system == "all":
-        names = sorted(n for n, s in SYSTEMS.items() if s.lock is not None)
+        # one system per environment (systems that share a lock file share it)
+        first = {}
+        for n in sorted(SYSTEMS):
+            if SYSTEMS[n].lock is not None:
+                first.setdefault(SYSTEMS[n].env_name, n)
+        names = sorted(first.values())
     else:
         names = [get_real_system(args.system).name]
     with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:  # pip runs in processes

@@ -30,7 +30,7 @@ from toki.real.gate import GatePoint
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import belief_entry
 
-__all__ = ["GraphitiHost", "PROMPT"]
+__all__ = ["PROMPT", "GraphitiHost"]
 
 PROMPT = "graphiti dedupe_edges.resolve_edge"  # the model's question prefix
 BASE = datetime(2026, 1, 1, tzinfo=UTC)  # toki/real/inenv/stubs.py BASE
@@ -113,13 +113,16 @@ class GraphitiHost:
         if new is None:
             return {"duplicate_facts": [], "contradicted_facts": []}
         key, value = new
-        same_key = [(c.get("idx"), parse_fact(c.get("fact"))) for c in candidates]
-        same_key = [(i, f) for i, f in same_key if f is not None and f[0] == key]
-        if any(f[1] == value for _, f in same_key):
+        same_key: list[tuple[Any, str]] = []
+        for c in candidates:
+            fact = parse_fact(c.get("fact"))
+            if fact is not None and fact[0] == key:
+                same_key.append((c.get("idx"), fact[1]))
+        if any(v == value for _, v in same_key):
             dupes = [c.get("idx") for c in existing if parse_fact(c.get("fact")) == new]
             return {"duplicate_facts": dupes, "contradicted_facts": []}
         contradicted = []
-        for idx, (_, old) in same_key:
+        for idx, old in same_key:
             question = f"{PROMPT}: {key}: does {value!r} contradict {old!r}?"
             if judge.pick(question, ["no", "yes"]) == "yes":
                 contradicted.append(idx)
@@ -144,10 +147,9 @@ class GraphitiHost:
         out = []
         for episode in observation.get("episodes") or []:
             for c in pool:
-                if (
-                    fact_of(c.key, c.value) == episode.get("content")
-                    and _iso_day({"start": c.start}) == episode.get("valid_at")
-                ):
+                if fact_of(c.key, c.value) == episode.get("content") and _iso_day(
+                    {"start": c.start}
+                ) == episode.get("valid_at"):
                     out.append(c)
                     pool.remove(c)
                     break

@@ -24,6 +24,7 @@ schedule too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 from collections.abc import Awaitable, Callable, Iterable
@@ -79,10 +80,8 @@ class _Slot:
             else:
                 future.set_result(reply)
 
-        try:
+        with contextlib.suppress(RuntimeError):  # a closed loop: nothing waits any more
             self.loop.call_soon_threadsafe(settle)
-        except RuntimeError:  # the loop is closed: nothing is waiting any more
-            pass
 
 
 def _task_number(point: dict[str, Any]) -> int:
@@ -264,10 +263,8 @@ class Controller:
         return self._wait(agent)
 
     def _watch_from_host(self, agent: int, loop: asyncio.AbstractEventLoop) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self._watch, agent, loop)
-        except RuntimeError:
-            pass
 
     def crash(self, agent: int) -> bool:
         """Abandon agent `agent` (every task of it) where it is parked; False when it had

@@ -148,11 +148,11 @@ class Adapter:
         ctl = controller
         dims = 64
 
-        class Llm(LLMClient):
+        class Llm(LLMClient):  # type: ignore[misc]
             async def _generate_response(self, *args: Any, **kw: Any) -> dict[str, Any]:
                 raise RuntimeError("toki.real: the stub LLM answers in generate_response")
 
-            async def generate_response(  # type: ignore[override]
+            async def generate_response(
                 self,
                 messages: Any,
                 response_model: Any = None,
@@ -172,7 +172,7 @@ class Adapter:
                 reply = await ctl.agate("llm", f"llm.{name}", detail)
                 return reply if isinstance(reply, dict) and reply else _empty(response_model)
 
-        class Embedder(EmbedderClient):
+        class Embedder(EmbedderClient):  # type: ignore[misc]
             async def create(self, input_data: Any) -> list[float]:
                 text = input_data if isinstance(input_data, str) else " ".join(map(str, input_data))
                 return stubs.embed(text, dims)
@@ -180,7 +180,7 @@ class Adapter:
             async def create_batch(self, input_data_list: list[str]) -> list[list[float]]:
                 return [stubs.embed(t, dims) for t in input_data_list]
 
-        class Ranker(CrossEncoderClient):
+        class Ranker(CrossEncoderClient):  # type: ignore[misc]
             async def rank(self, query: str, passages: list[str]) -> list[tuple[str, float]]:
                 return [(p, 1.0 - i / (len(passages) + 1)) for i, p in enumerate(passages)]
 
@@ -213,7 +213,7 @@ class Adapter:
             )
             return await execute(self, cypher_query_, **kwargs)
 
-        KuzuDriver.execute_query = execute_query  # type: ignore[method-assign]
+        KuzuDriver.execute_query = execute_query
         fake_uuid = types.SimpleNamespace(uuid4=stubs.uuid4, UUID=_uuid.UUID)
         for name, module in list(sys.modules.items()):
             if not name.startswith("graphiti_core") or module is None:
@@ -335,5 +335,5 @@ def _iso(value: Any) -> str | None:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
-        return value.astimezone(UTC).isoformat()
+        return str(value.astimezone(UTC).isoformat())
     return str(value)

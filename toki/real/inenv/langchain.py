@@ -120,7 +120,7 @@ class Adapter:
         try:
             from langgraph.store.postgres import PostgresStore
         except ImportError:  # pragma: no cover - the lock installs it
-            PostgresStore = None  # noqa: N806
+            PostgresStore = None
         self.PostgresStore = PostgresStore
         if PostgresStore is not None:
             gate_batch(PostgresStore)
@@ -129,8 +129,8 @@ class Adapter:
         import langmem.knowledge.extraction as extraction
         import trustcall._base as trustcall_base
 
-        extraction.uuid = fake_uuid  # type: ignore[attr-defined]
-        trustcall_base.uuid = fake_uuid  # type: ignore[attr-defined]
+        extraction.uuid = fake_uuid
+        trustcall_base.uuid = fake_uuid
         self.create_manager = extraction.create_memory_store_manager
         self.chat = _chat_model(controller)
         self.mode = "store-memory"
@@ -187,7 +187,7 @@ class Adapter:
                         {"messages": [{"role": "user", "content": _text(claim)}]},
                         config={"configurable": {"user_id": subject}},
                     )
-                    out.append(sorted(str(p["value"]["content"]) for p in puts))
+                    out.append(sorted(_content(p["value"]) for p in puts))
                 else:
                     self.store.put((subject,), predicate, {"value": claim["value"]})
                     out.append("put")
@@ -202,10 +202,7 @@ class Adapter:
             for item in self.store.search(namespace, limit=10_000):
                 value = item.value
                 if self.mode == "langmem":
-                    content = value.get("content") if isinstance(value, dict) else value
-                    if isinstance(content, dict):
-                        content = content.get("content", content)
-                    rows.append({"subject": subject, "key": item.key, "text": content})
+                    rows.append({"subject": subject, "key": item.key, "text": _content(value)})
                 else:
                     rows.append(
                         {
@@ -242,6 +239,13 @@ class Adapter:
         self.schema = None
 
 
+def _content(value: Any) -> str:
+    """A stored LangMem value {"kind", "content": {"content": text}} -> text."""
+    while isinstance(value, dict) and "content" in value:
+        value = value["content"]
+    return str(value)
+
+
 def _text(claim: dict[str, Any]) -> str:
     return f"{claim['key']} is {claim['value']}"
 
@@ -255,7 +259,7 @@ def _chat_model(controller: Controller) -> Any:
     from langchain_core.outputs import ChatGeneration, ChatResult
     from langchain_core.utils.function_calling import convert_to_openai_tool
 
-    class GatedChat(BaseChatModel):
+    class GatedChat(BaseChatModel):  # type: ignore[misc]
         @property
         def _llm_type(self) -> str:
             return "toki-real-stub"
@@ -275,7 +279,12 @@ def _chat_model(controller: Controller) -> Any:
             calls = []
             for n, call in enumerate((reply or {}).get("tool_calls") or []):
                 calls.append(
-                    {"name": call["name"], "args": call["args"], "id": f"call_{n}", "type": "tool_call"}
+                    {
+                        "name": call["name"],
+                        "args": call["args"],
+                        "id": f"call_{n}",
+                        "type": "tool_call",
+                    }
                 )
             message = AIMessage(content="" if calls else "nothing to record", tool_calls=calls)
             return ChatResult(generations=[ChatGeneration(message=message)])
