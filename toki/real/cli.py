@@ -88,7 +88,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from toki.real.systems import ALIASES, SYSTEMS
 
     rows = []
-    for name, s in sorted(SYSTEMS.items()):
+    for _, s in sorted(SYSTEMS.items()):
         where = "toki's own interpreter" if s.lock is None else str(env_dir(s.env_name, s.lock))
         ready = s.lock is None or (Path(where) / "ready.json").is_file()
         rows.append({**s.describe(), "environment": where, "ready": ready})

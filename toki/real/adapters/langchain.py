@@ -11,8 +11,9 @@ a memory already states the value it calls no tool; otherwise the judge picks in
 remove / patch ("langmem manager: <key>: [values] vs <new>") and the model answers with an
 insert, RemoveDoc of every memory of the key plus an insert, or a PatchDoc of the first
 memory (by id) replacing its content. Readers: every memory of the key is live. Recovery:
-LangMem keeps no record of its inputs (the model assumes an application checkpointer that
-keeps the thread; the real row has none), so what survives is the store's own rows.
+LangMem keeps no record of its inputs; the application keeps the thread (as the model
+assumes a checkpointer does) and recovery re-runs the real manager over it with a fresh
+judge (`replay_inputs`).
 """
 
 from __future__ import annotations
@@ -134,11 +135,20 @@ class LangMemHost:
         values = self._values(observation)
         return {k: belief_entry(values.get(k, [])) for k in keys}
 
+    def replay_inputs(
+        self, observation: Mapping[str, Any], workload: Workload
+    ) -> list[SimClaim] | None:
+        """The application's thread (the turns it kept before each invoke), in order."""
+        return [SimClaim.from_json(c) for c in observation.get("thread") or []]
+
     def recover(
         self, observation: Mapping[str, Any], keys: Sequence[str], judge: Picker, recovered: Any
     ) -> Beliefs:
-        """LangMem keeps no inputs: the store's rows are what a restart has."""
-        return self.beliefs(observation, keys)
+        """Re-run the manager over the kept thread, in order, with a fresh judge (the
+        model's recovery; LangMem has none of its own)."""
+        if not isinstance(recovered, Mapping) or "replayed" not in recovered:
+            return {k: {"value": None, "live": [], "recovery_failed": "no replay"} for k in keys}
+        return self.beliefs(recovered["replayed"], keys)
 
     def recoverable(self, observation: Mapping[str, Any], key: str) -> set[str]:
         return set(self._values(observation).get(key, []))

@@ -8,9 +8,14 @@ every boundary gated. One worker module, three systems (config "mode"):
 * "langmem": `create_memory_store_manager(model, namespace=("memories", "{user_id}"),
   store=InMemoryStore(), enable_deletes=True)`; each claim is one conversation turn
   "<key> is <value>" passed to `manager.invoke(..., config={"configurable": {"user_id":
-  subject}})`. The model is a small `BaseChatModel` whose `bind_tools` binds the tools in
-  OpenAI format and whose `_generate` is a gate point answered by the host with tool calls
-  (`Memory` inserts, `PatchDoc` JSON patches, `RemoveDoc`), which trustcall applies.
+  subject}})`. Before that, the application keeps the turn in the store's ("threads",
+  subject) namespace, as a LangGraph checkpointer would keep the thread: LangMem stores no
+  inputs itself, and the model's recovery (re-run the manager over the thread with a fresh
+  LLM) assumes the application keeps them. The thread is listed by the store's created_at
+  (a clock ticked inside the gated put). The model is a small `BaseChatModel` whose
+  `bind_tools` binds the tools in OpenAI format and whose `_generate` is a gate point
+  answered by the host with tool calls (`Memory` inserts, `PatchDoc` JSON patches,
+  `RemoveDoc`), which trustcall applies.
 
 Gate points and footprints ("*": every key):
 
@@ -48,6 +53,13 @@ CLAIM: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
 )
 _INSTANCE = re.compile(r'<instance id=(\S+) schema_type="(\w+)">\s*(.*?)\s*</instance>', re.S)
 _SCHEMAS = itertools.count()
+
+
+class _StoreClock(stubs.GatedDatetime):
+    """InMemoryStore's clock (created_at / updated_at of a put): read inside the gated
+    batch, whose footprint declares the clock, so it ticks without parking."""
+
+    gated = False
 
 
 def subject_of(key: str) -> tuple[str, str]:
@@ -105,25 +117,30 @@ class Adapter:
                     detail.append(["search", "/".join(map(str, prefix))])
             return reads, writes, detail
 
-        def gate_batch(cls: Any) -> None:
+        def gate_batch(cls: Any, clock: bool) -> None:
             original = cls.batch
 
             def batch(self: Any, ops: Any) -> Any:
                 ops = list(ops)
                 reads, writes, detail = footprint(ops)
+                if clock and any(isinstance(op, PutOp) for op in ops):
+                    writes.append(("clock", None))  # the put stamps created_at (ticks)
                 ctl.gate("store", "store.batch", {"ops": detail}, reads, writes)
                 return original(self, ops)
 
             cls.batch = batch
 
-        gate_batch(InMemoryStore)
+        import langgraph.store.memory as memory_module
+
+        memory_module.datetime = _StoreClock  # type: ignore[attr-defined]
+        gate_batch(InMemoryStore, True)
         try:
             from langgraph.store.postgres import PostgresStore
         except ImportError:  # pragma: no cover - the lock installs it
             PostgresStore = None
         self.PostgresStore = PostgresStore
         if PostgresStore is not None:
-            gate_batch(PostgresStore)
+            gate_batch(PostgresStore, False)  # the server stamps its rows
         _inline_pools()
         fake_uuid = types.SimpleNamespace(**{**vars(_uuid), "uuid4": stubs.uuid4})
         import langmem.knowledge.extraction as extraction
@@ -183,6 +200,11 @@ class Adapter:
             subject, predicate = subject_of(str(claim["key"]))
             try:
                 if self.mode == "langmem":
+                    # the application keeps the conversation (what a checkpointer would):
+                    # the input log the model's recovery re-runs the manager over
+                    self.store.put(
+                        ("threads", subject), f"{agent}.{n}", {"text": _text(claim), "claim": claim}
+                    )
                     puts = self.manager.invoke(
                         {"messages": [{"role": "user", "content": _text(claim)}]},
                         config={"configurable": {"user_id": subject}},
@@ -218,7 +240,15 @@ class Adapter:
         return {"items": self._items()}
 
     def observe(self) -> dict[str, Any]:
-        return {"items": self._items()}
+        if self.mode != "langmem":
+            return {"items": self._items()}
+        thread = [
+            item
+            for subject in self.subjects
+            for item in self.store.search(("threads", subject), limit=10_000)
+        ]
+        thread.sort(key=lambda i: (i.created_at, i.key))
+        return {"items": self._items(), "thread": [i.value["claim"] for i in thread]}
 
     def recover(self, config: dict[str, Any]) -> Any:
         return None  # neither keeps a log: what survives is the store's own rows
