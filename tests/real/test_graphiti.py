@@ -30,7 +30,7 @@ YES = ScriptedJudge(default="yes")  # every contradiction the judge is asked abo
 def targeted(session: Session, workload, judge, plan) -> tuple[RealRun, dict[str, int]]:  # type: ignore[no-untyped-def]
     system = get_real_system(NAME)
     program, live = real_program(system, session, workload, judge)
-    rr = finish_run(system, session, live, run_plan(program, plan), RECOVERY)
+    rr = finish_run(system, session, live, run_plan(program, plan), RECOVERY, judge)
     return rr, dict(live.notes)
 
 

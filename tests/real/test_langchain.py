@@ -31,7 +31,7 @@ BOTH_MANAGE_ON_BOB = [(0, "llm.manage", 1), (1, "llm.manage", 0), (0, None, None
 def targeted(session: Session, name: str, workload, judge, plan) -> RealRun:  # type: ignore[no-untyped-def]
     system = get_real_system(name)
     program, live = real_program(system, session, workload, judge)
-    return finish_run(system, session, live, run_plan(program, plan), RECOVERY)
+    return finish_run(system, session, live, run_plan(program, plan), RECOVERY, judge)
 
 
 def verdicts(session: Session, name: str, workload, judge, rr: RealRun):  # type: ignore[no-untyped-def]
@@ -67,7 +67,7 @@ def test_store_put_overwrites_with_no_history(
     ]
     found = verdicts(langchain, name, workload, judge, rr)
     assert found["N3"].found and found["N3"].details["erased"] == {"alice:manager": ["Bob"]}
-    assert not found["N2"].found and not found["N1"].found
+    assert not found["N2"].found and not found["N1"].found and not found["RD"].found
 
 
 def test_store_races_are_last_writer_wins_in_every_dpor_class(langchain: Session) -> None:

@@ -30,10 +30,10 @@ def test_run_prints_the_promised_json_and_writes_only_into_out(tmp_path: Path) -
     for key in ("system", "version", "schedules", "exhausted", "anomalies", "witnesses"):
         assert key in data
     assert data["system"] == "toki-memory" and data["exhausted"] is True
-    assert set(data["anomalies"]) == {"N1", "N2", "N3"}
-    assert data["anomalies"]["N1"] > 0 and data["witnesses"]["N1"].startswith(str(out))
-    assert sorted(p.name for p in out.iterdir()) == ["toki-memory-N1.json"]
-    replay = toki("real", "replay", data["witnesses"]["N1"])
+    assert set(data["anomalies"]) == {"N1", "RD", "N2", "N3"}
+    assert data["anomalies"]["RD"] > 0 and data["witnesses"]["RD"].startswith(str(out))
+    assert sorted(p.name for p in out.iterdir()) == ["toki-memory-RD.json"]
+    replay = toki("real", "replay", data["witnesses"]["RD"])
     assert replay.returncode == 0, replay.stderr
     assert "reproduced: True" in replay.stdout and "store.append" in replay.stdout
 

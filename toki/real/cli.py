@@ -108,7 +108,7 @@ def _cmd_setup(args: argparse.Namespace) -> int:
 
     if args.system == "all":
         # one system per environment (systems that share a lock file share it)
-        first = {}
+        first: dict[str, str] = {}
         for n in sorted(SYSTEMS):
             if SYSTEMS[n].lock is not None:
                 first.setdefault(SYSTEMS[n].env_name, n)
@@ -170,8 +170,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     data = report.to_json()
     data["out"] = str(out)
     if not args.check:
-        data.pop("anomalies")
-        data.pop("n1_causes")
+        for key in ("anomalies", "checked", "undecided", "recovery_judge_calls"):
+            data.pop(key)
     if args.json:
         _print(data)
     else:
@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--depth", type=int, default=3, help="PCT depth")
     run.add_argument("--preemptions", type=int, default=2, help="bounded DFS preemptions")
     run.add_argument("--faults", help="crash:<n>: n crashes per agent between gate points")
-    run.add_argument("--check", action="store_true", help="check N1/N2/N3 on every schedule")
+    run.add_argument("--check", action="store_true", help="check N1/RD/N2/N3 on every schedule")
     run.add_argument("--out", help="folder for witnesses (default: a new temporary folder)")
     run.add_argument(
         "--gate-timeout",

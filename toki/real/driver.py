@@ -36,6 +36,7 @@ from toki.sim.workload import SimClaim, Workload
 from toki.systems.base import belief_hash
 
 __all__ = [
+    "CountingPicker",
     "LiveTrace",
     "RealRun",
     "SerialCache",
@@ -66,6 +67,8 @@ class RealRun:
     timeline: tuple[Mapping[str, Any], ...]
     recovered: Any = None
     footprints: tuple[Footprint, ...] | None = field(default=None, repr=False, compare=False)
+    recovered_pinned: Any = None  # the same recovery with the live judge pinned (N1 vs RD)
+    judge_calls: int = 0  # questions the live write path asked the judge
 
     @property
     def record(self) -> dict[str, Any]:
@@ -77,6 +80,7 @@ class RealRun:
             "observation": self.observation,
             "timeline": list(self.timeline),
             "recovered": self.recovered,
+            "recovered_pinned": self.recovered_pinned,
         }
 
     @property
@@ -121,6 +125,7 @@ class LiveTrace:
         self.workload = workload
         self.seed = seed
         self.replays: dict[str, Any] = {}  # recovery re-runs, memoised by order and judge
+        self.judge_calls = 0  # questions the live write path asked the judge (this world)
 
 
 def _siblings_touch_shared(resp: Mapping[str, Any]) -> bool:
@@ -185,7 +190,9 @@ def real_program(
                     }
                 )
                 raise
-            reply = system.host.answer(point, judge)
+            counting = CountingPicker(judge)
+            reply = system.host.answer(point, counting)
+            live.judge_calls += counting.asked
             live.trace.append(
                 {
                     "agent": i,
@@ -202,6 +209,7 @@ def real_program(
     def build() -> World:
         session.call("open", seed=seed, config=config)
         live.trace = []
+        live.judge_calls = 0
         agents = tuple(agent(i, inbox) for i, inbox in enumerate(workload.inboxes))
         return World(SimStore(Isolation.READ_COMMITTED), agents, ())
 
@@ -210,16 +218,22 @@ def real_program(
 
 
 def finish_run(
-    system: RealSystem, session: Session, live: LiveTrace, run: Run, recovery: Picker
+    system: RealSystem,
+    session: Session,
+    live: LiveTrace,
+    run: Run,
+    recovery: Picker,
+    judge: Picker | None = None,
 ) -> RealRun:
-    """Observe the library after `run` ended (call before anything re-opens the session)."""
+    """Observe the library after `run` ended (call before anything re-opens the session),
+    and run its recovery with the fresh `recovery` judge and, given the live `judge`, with
+    that judge pinned (what tells N1 from RD)."""
     seen = session.call("observe")
-    recovered = session.call("recover", config={"p": recovery.p, "seed": recovery.seed})
     trace = tuple(live.trace)
-    restored = recovered.get("recovered")
-    replay_inputs = getattr(system.host, "replay_inputs", None)
-    if restored is None and replay_inputs is not None and live.workload is not None:
-        restored = _replay(system, session, live, seen["observation"], recovery, replay_inputs)
+    restored = _recovered(system, session, live, seen["observation"], recovery)
+    pinned = None
+    if judge is not None:
+        pinned = _recovered(system, session, live, seen["observation"], judge)
     return RealRun(
         schedule=run.schedule,
         trace=trace,
@@ -228,7 +242,24 @@ def finish_run(
         timeline=tuple(seen["timeline"]),
         recovered=restored,
         footprints=run.footprints,
+        recovered_pinned=pinned,
+        judge_calls=live.judge_calls,
     )
+
+
+def _recovered(
+    system: RealSystem,
+    session: Session,
+    live: LiveTrace,
+    observation: Mapping[str, Any],
+    judge: Picker,
+) -> Any:
+    """The worker's own recovery, else (for a library whose recovery is re-ingesting its
+    stored inputs) the host's replay of them through the real code."""
+    replay_inputs = getattr(system.host, "replay_inputs", None)
+    if replay_inputs is not None and live.workload is not None:
+        return _replay(system, session, live, observation, judge, replay_inputs)
+    return session.call("recover", config={"p": judge.p, "seed": judge.seed}).get("recovered")
 
 
 def _replay(
@@ -249,10 +280,36 @@ def _replay(
     key = canonical_json([recovery.p, recovery.seed, [c.to_json() for c in order]])
     found = live.replays.get(key)
     if found is None:
-        obs = run_serially(system, session, live.workload, order, recovery, live.seed)
-        found = {"replayed": obs, "order": [c.to_json() for c in order]}
+        counting = CountingPicker(recovery)
+        obs = run_serially(system, session, live.workload, order, counting, live.seed)
+        found = {
+            "replayed": obs,
+            "order": [c.to_json() for c in order],
+            "judge_calls": counting.asked,
+        }
         live.replays[key] = found
     return found
+
+
+@dataclass(slots=True)
+class CountingPicker:
+    """A judge that counts the questions put to it (a recovery that asks none cannot show
+    N1: nothing is re-adjudicated)."""
+
+    inner: Picker
+    asked: int = 0
+
+    @property
+    def p(self) -> float:
+        return self.inner.p
+
+    @property
+    def seed(self) -> int:
+        return self.inner.seed
+
+    def pick(self, question: str, candidates: Sequence[str]) -> str:
+        self.asked += 1
+        return self.inner.pick(question, candidates)
 
 
 def real_runs(
@@ -284,7 +341,7 @@ def real_runs(
             if run is None:
                 return
             count += 1
-            yield finish_run(system, session, live, run, recovery)
+            yield finish_run(system, session, live, run, recovery, judge)
             if count >= budget:
                 return
     finally:

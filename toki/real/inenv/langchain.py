@@ -132,7 +132,7 @@ class Adapter:
 
         import langgraph.store.memory as memory_module
 
-        memory_module.datetime = _StoreClock  # type: ignore[attr-defined]
+        memory_module.datetime = _StoreClock
         gate_batch(InMemoryStore, True)
         try:
             from langgraph.store.postgres import PostgresStore
