@@ -52,3 +52,15 @@ def toki_sqlite() -> Iterator[Session]:
 @pytest.fixture(scope="module")
 def toki_memory() -> Iterator[Session]:
     yield from session_for("toki-memory")
+
+
+@pytest.fixture(scope="module")
+def graphiti() -> Iterator[Session]:
+    yield from session_for("graphiti-0.31.2")
+
+
+@pytest.fixture(scope="module")
+def langchain() -> Iterator[Session]:
+    """One worker for the three systems of the langgraph-1.2.24 environment (the adapter
+    is the same; each run's config names the store or LangMem)."""
+    yield from session_for("langmem-0.0.30")

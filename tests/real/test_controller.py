@@ -114,3 +114,66 @@ def test_an_exception_in_the_library_is_the_agents_outcome() -> None:
 
     ctl.start(0, body)
     assert ctl.release(0) == {"state": "done", "outcome": {"error": "ValueError: boom"}}
+
+
+# ---------------------------------------------------------------------------- async agents
+
+
+def _async_agent(ctl: Controller, log: list[str]) -> object:
+    """Two sibling tasks per agent (a gather), each parking twice; the main task parks
+    before and after the gather."""
+
+    async def child(name: str) -> str:
+        for i in range(2):
+            log.append(f"{name}{i}")
+            await ctl.agate("test", f"{name}.gate{i}", None, [("shared", name)], [])
+        return name
+
+    async def body() -> list[str]:
+        import asyncio
+
+        await ctl.agate("test", "main.before", None, [], [("shared", "main")])
+        got = await asyncio.gather(child("x"), child("y"))
+        await ctl.agate("test", "main.after", None, [], [("shared", "main")])
+        return list(got)
+
+    return body
+
+
+def test_an_async_agent_parks_several_tasks_and_the_host_picks_which_runs() -> None:
+    """The unit is (agent, task): after the gather both children are parked at once, by
+    creation number; releasing task 2 first runs only task 2; same choices, same run."""
+    runs = []
+    for _ in range(5):
+        ctl = Controller(timeout=10)
+        ctl.reset(0)
+        log: list[str] = []
+        state = ctl.start(0, _async_agent(ctl, log), is_async=True)  # type: ignore[arg-type]
+        assert state["point"]["name"] == "main.before" and state["point"]["task"] == 0
+        state = ctl.release(0)
+        parked = [(p["task"], p["name"]) for p in state["parked"]]
+        assert parked == [(1, "x.gate0"), (2, "y.gate0")]
+        assert state["point"]["task"] == 1  # the oldest is offered first
+        before = len(log)
+        state = ctl.release(0, task=2)
+        assert log[before:] == ["y1"]  # only the released task moved
+        assert [(p["task"], p["name"]) for p in state["parked"]] == [(1, "x.gate0"), (2, "y.gate1")]
+        for task in (2, 1, 1):
+            state = ctl.release(0, task=task)
+        assert state["point"]["name"] == "main.after"
+        assert ctl.release(0) == {"state": "done", "outcome": ["x", "y"]}
+        runs.append((tuple(log), tuple((p["task"], p["name"]) for p in ctl.executed)))
+    assert len(set(runs)) == 1
+
+
+def test_a_crashed_async_agent_is_abandoned_with_all_its_tasks() -> None:
+    ctl = Controller(timeout=10)
+    ctl.reset(0)
+    log: list[str] = []
+    ctl.start(0, _async_agent(ctl, log), is_async=True)  # type: ignore[arg-type]
+    state = ctl.release(0)
+    assert len(state["parked"]) == 2
+    assert ctl.crash(0) is True
+    assert ctl.crash(0) is False  # nothing of it is parked any more
+    ctl.reset(1)  # wakes both tasks with Abandoned and joins the agent's thread
+    assert not any(t.is_alive() for t in threading.enumerate() if t.name == "toki-agent-0")

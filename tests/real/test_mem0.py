@@ -36,7 +36,7 @@ BOTH_DECIDE_ON_BOB = [(0, "llm.decide", 1), (1, "llm.decide", 0), (0, None, None
 def targeted(session: Session, name: str, workload, judge, plan, crash_budget: int = 0) -> RealRun:  # type: ignore[no-untyped-def]
     system = get_real_system(name)
     program, live = real_program(system, session, workload, judge, crash_budget=crash_budget)
-    return finish_run(system, session, live, run_plan(program, plan), RECOVERY)
+    return finish_run(system, session, live, run_plan(program, plan), RECOVERY, judge)
 
 
 def verdicts(session: Session, name: str, workload, judge, rr: RealRun):  # type: ignore[no-untyped-def]
@@ -127,7 +127,9 @@ def test_paper_n3_claim_one_crash_between_vector_and_history_write(mem0_1: Sessi
                                                                    crashed: int) -> None:
     """One crash between a vector-store write and its history row: the history loses that
     row, but Bob is still named (crash in Bob's add: Carol's UPDATE row has old_memory Bob;
-    crash in Carol's: Bob's ADD row). N3 does not hold; N1 does when Carol's row is lost."""
+    crash in Carol's: Bob's ADD row). N3 does not hold; RD does when Carol's row is lost (the
+    history re-applied no longer explains the live Carol; mem0's recovery asks no judge, so
+    it is never N1)."""
     judge = ScriptedJudge(default="UPDATE")
     workload = scenario("manager")
     if crashed == 0:
@@ -140,7 +142,8 @@ def test_paper_n3_claim_one_crash_between_vector_and_history_write(mem0_1: Sessi
     assert not found["N3"].found
     assert "Bob" in get_real_system("mem0-1.0.11").host.recoverable(rr.observation,
                                                                     "alice:manager")
-    assert found["N1"].found == (crashed == 1)
+    assert found["RD"].found == (crashed == 1)
+    assert not found["N1"].found and found["N1"].details["recovery_judge_calls"] == 0
 
 
 def test_paper_n3_claim_holds_when_both_history_rows_are_lost(mem0_1: Session) -> None:

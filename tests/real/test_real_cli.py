@@ -30,10 +30,10 @@ def test_run_prints_the_promised_json_and_writes_only_into_out(tmp_path: Path) -
     for key in ("system", "version", "schedules", "exhausted", "anomalies", "witnesses"):
         assert key in data
     assert data["system"] == "toki-memory" and data["exhausted"] is True
-    assert set(data["anomalies"]) == {"N1", "N2", "N3"}
-    assert data["anomalies"]["N1"] > 0 and data["witnesses"]["N1"].startswith(str(out))
-    assert sorted(p.name for p in out.iterdir()) == ["toki-memory-N1.json"]
-    replay = toki("real", "replay", data["witnesses"]["N1"])
+    assert set(data["anomalies"]) == {"N1", "RD", "N2", "N3"}
+    assert data["anomalies"]["RD"] > 0 and data["witnesses"]["RD"].startswith(str(out))
+    assert sorted(p.name for p in out.iterdir()) == ["toki-memory-RD.json"]
+    replay = toki("real", "replay", data["witnesses"]["RD"])
     assert replay.returncode == 0, replay.stderr
     assert "reproduced: True" in replay.stdout and "store.append" in replay.stdout
 
@@ -64,5 +64,9 @@ def test_list_names_every_system_and_its_environment(capsys: pytest.CaptureFixtu
     assert main(["list", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     names = {s["name"] for s in data["systems"]}
-    assert names == {"mem0-1.0.11", "mem0-2.2.1", "toki-memory", "toki-sqlite"}
+    assert names == {"mem0-1.0.11", "mem0-2.2.1", "toki-memory", "toki-sqlite",
+                     "graphiti-0.31.2", "langgraph-store-memory", "langgraph-store-postgres",
+                     "langmem-0.0.30"}
+    shared = {s["name"]: s["environment"] for s in data["systems"]}
+    assert shared["langmem-0.0.30"] == shared["langgraph-store-postgres"]  # one environment
     assert data["aliases"]["mem0-2.x"] == "mem0-2.2.1"

@@ -68,7 +68,7 @@ def test_same_seed_and_schedule_give_a_byte_identical_record(toki_sqlite: Sessio
     records = []
     for _ in range(3):
         run = replay_schedule(program, first.schedule)
-        records.append(finish_run(system, toki_sqlite, live, run, RECOVERY).record)
+        records.append(finish_run(system, toki_sqlite, live, run, RECOVERY, JUDGE).record)
     assert records[0] == records[1] == records[2] == first.record
 
 
@@ -80,7 +80,7 @@ def test_a_crash_inside_the_write_lock_rolls_back_and_frees_the_lock(toki_sqlite
     workload = scenario("manager")
     program, live = real_program(system, toki_sqlite, workload, JUDGE, crash_budget=1)
     run = run_plan(program, [(0, "store.append", 0), (1, "store.lock", 0), ("crash:0", None, None)])
-    rr = finish_run(system, toki_sqlite, live, run, RECOVERY)
+    rr = finish_run(system, toki_sqlite, live, run, RECOVERY, JUDGE)
     assert rr.observation["keys"]["alice:manager"]["history"] == ["Carol"]
     assert [t for t in rr.trace if "crash" in t] == [
         {"crash": 0, "before": "store.append", "claim": 0}]
@@ -106,18 +106,19 @@ def test_one_in_process_facade_shared_by_two_threads_loses_log_order(toki_memory
     threads sharing one Memory interleave inside `_write`. Agent 0 folds Bob into the shared
     facade and parks before its append; agent 1 reads Bob (uncommitted), judges, appends
     events 2-5; agent 0 then appends event 1 after them. Reopening the store refuses the
-    log (seq 1 after 5): N1, found by the real checker and replayed from its witness."""
+    log (seq 1 after 5): RD (recovery diverges, not for a judge's reason), found by the real
+    checker and replayed from its witness."""
     system = get_real_system("toki-memory")
     workload = scenario("manager")
     program, live = real_program(system, toki_memory, workload, JUDGE)
     run = run_plan(program, [(0, "store.append", 0), (1, None, None)])
-    rr = finish_run(system, toki_memory, live, run, RECOVERY)
+    rr = finish_run(system, toki_memory, live, run, RECOVERY, JUDGE)
     serial = SerialCache(system, toki_memory, workload, JUDGE, 0)
-    n1 = check_real(system, workload, rr, serial, RECOVERY, ("N1",))["N1"]
-    assert n1.found and n1.details["cause"] == "recovery"
-    assert "is not after the log's last seq" in str(n1.observed)
-    w = RealWitness(system.name, "", "N1", workload, rr.schedule, judge_to_json(JUDGE),
-                    judge_to_json(RECOVERY), keys=n1.keys)
+    rd = check_real(system, workload, rr, serial, RECOVERY, ("RD",))["RD"]
+    assert rd.found
+    assert "is not after the log's last seq" in str(rd.observed)
+    w = RealWitness(system.name, "", "RD", workload, rr.schedule, judge_to_json(JUDGE),
+                    judge_to_json(RECOVERY), keys=rd.keys)
     again = RealWitness.load(w.save(tmp_path / "w.json"))
     replayed, verdict = replay_real(again)
     assert verdict.found and replayed.record == rr.record

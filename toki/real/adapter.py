@@ -110,6 +110,12 @@ class RealSystem:
     intercepted: tuple[str, ...] = ()
     simplified: tuple[str, ...] = ()
     crashes: str = "an agent abandoned between two gate points, the library's state as left"
+    venv: str | None = None  # the environment it shares (by name); None: its own
+
+    @property
+    def env_name(self) -> str:
+        """The name of its environment (systems with one lock file share one)."""
+        return self.venv or self.name
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -3,11 +3,14 @@
 The checkers in `toki.check.anomalies` take a system model, a finished `Run` and its store
 state. A real run has no simulated store; `RealView` presents the library's observations in
 that shape (the final observation is the state; each timeline snapshot is one committed
-transaction of the history), so `n1_replay` and `n3_erasure` run unchanged and a real row
+transaction of the history), so `n3_erasure` runs unchanged and a real row
 means what a model row means:
 
-* N1: the library's recovery from its durable record (mem0: its history table re-applied;
-  toki: the log reopened, and re-adjudicated with a fresh judge) differs from the live state.
+* N1 / RD: the library's recovery from its durable record (mem0: its history table
+  re-applied; Graphiti: its stored episodes re-ingested; LangMem: the kept thread re-run;
+  toki: the log reopened, and re-adjudicated), run with the live judge pinned and with a
+  fresh one. N1: the two differ (a fresh judge changes a winner); RD: the pinned one already
+  differs from the live state (`recovery_checks`).
 * N2: the live beliefs are not those of any serial run *of the real code* over the committed
   claims, in any order that keeps each agent's own order. A claim is committed when its
   agent finished it, or when it left a trace in the library's state (a crash mid-call).
@@ -23,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from toki.check.anomalies import Verdict, n1_replay, n3_erasure
+from toki.check.anomalies import Verdict, n3_erasure
 from toki.real.adapter import Picker, RealSystem
 from toki.real.driver import RealRun, SerialCache, serial_beliefs, serial_orders
 from toki.sim.explore import Run
@@ -32,9 +35,17 @@ from toki.sim.store import Op, OpKind
 from toki.sim.workload import SimClaim, Workload
 from toki.systems.base import Beliefs, SimJudge, SystemModel, belief_hash
 
-__all__ = ["ANOMALIES", "RealView", "check_real", "committed_claims", "n1", "n2", "n3"]
+__all__ = [
+    "ANOMALIES",
+    "RealView",
+    "check_real",
+    "committed_claims",
+    "n2",
+    "n3",
+    "recovery_checks",
+]
 
-ANOMALIES = ("N1", "N2", "N3")
+ANOMALIES = ("N1", "RD", "N2", "N3")
 OBS = ("real", "observation")
 SERIAL_LIMIT = 720  # serial orders compared at most; beyond that N2 is undecided
 
@@ -82,26 +93,63 @@ def as_model_run(rr: RealRun) -> Run:
     )
 
 
-def n1(system: RealSystem, workload: Workload, rr: RealRun, recovery: Picker) -> Verdict:
-    view = RealView(system, rr.recovered)
-    verdict = n1_replay(view, workload, as_model_run(rr), recovery)  # type: ignore[arg-type]
-    details = {**verdict.details, "cause": "recovery" if verdict.found else None}
-    rejudge = getattr(system.host, "rejudged", None)
-    if not verdict.found and rejudge is not None:
-        again = rejudge(rr.recovered, workload.keys)
-        live = system.host.beliefs(rr.observation, workload.keys)
-        if again is not None:
-            keys = tuple(k for k in workload.keys if live.get(k) != again.get(k))
-            if keys:
-                return Verdict(
-                    "N1",
-                    True,
-                    keys,
-                    {k: live.get(k) for k in keys},
-                    {k: again.get(k) for k in keys},
-                    {**details, "cause": "re-adjudication"},
-                )
-    return Verdict("N1", verdict.found, verdict.keys, verdict.expected, verdict.observed, details)
+def _judge_calls(recovered: Any) -> int:
+    """Questions the recovery put to its judge (0 for a recovery that asks none)."""
+    if isinstance(recovered, Mapping):
+        return int(recovered.get("judge_calls") or 0)
+    return 0
+
+
+def recovery_checks(
+    system: RealSystem, workload: Workload, rr: RealRun, judge: Picker, recovery: Picker
+) -> tuple[Verdict, Verdict]:
+    """(N1, RD) on a real run, as `toki.check.anomalies.recovery_checks` defines them for
+    models: the library's recovery is run with the live judge pinned and with a fresh one.
+    N1: the two rebuild different beliefs (re-adjudication changes a winner); RD: the pinned
+    recovery already differs from the live state (an order, a lost or half-written record).
+    A library whose recovery is judge-free (mem0) can show RD only. For toki, whose restart
+    (reopening the log) asks no judge, N1 compares its re-adjudication under both judges.
+    Without a pinned recovery (`finish_run` given no judge) the fresh one stands in for it."""
+    host = system.host
+    keys = list(workload.keys)
+    live = host.beliefs(rr.observation, keys)
+    pinned_raw = rr.recovered if rr.recovered_pinned is None else rr.recovered_pinned
+    fresh = host.recover(rr.observation, keys, recovery, rr.recovered)
+    pinned = host.recover(rr.observation, keys, judge, pinned_raw)
+    rejudged = getattr(host, "rejudged", None)
+    if rejudged is not None:
+        fresh_n1, pinned_n1 = rejudged(rr.recovered, keys), rejudged(pinned_raw, keys)
+    else:
+        fresh_n1, pinned_n1 = fresh, pinned
+    details = {
+        "recovery_judge_seed": recovery.seed,
+        "recovery_judge_calls": _judge_calls(rr.recovered),
+        "pinned_judge_seed": judge.seed,
+        "pinned_judge_calls": _judge_calls(pinned_raw),
+        "pinned_recovery": rr.recovered_pinned is not None,
+    }
+    if fresh_n1 is None or pinned_n1 is None:
+        n1_keys: tuple[str, ...] = ()
+    else:
+        n1_keys = tuple(k for k in keys if fresh_n1.get(k) != pinned_n1.get(k))
+    rd_keys = tuple(k for k in keys if pinned.get(k) != live.get(k))
+    n1 = Verdict(
+        "N1",
+        bool(n1_keys),
+        n1_keys,
+        {k: (pinned_n1 or {}).get(k) for k in n1_keys},
+        {k: (fresh_n1 or {}).get(k) for k in n1_keys},
+        {**details, "compared": "recovery with a fresh judge vs with the live judge pinned"},
+    )
+    rd = Verdict(
+        "RD",
+        bool(rd_keys),
+        rd_keys,
+        {k: live.get(k) for k in rd_keys},
+        {k: pinned.get(k) for k in rd_keys},
+        {**details, "compared": "recovery with the live judge pinned vs the live state"},
+    )
+    return n1, rd
 
 
 def committed_claims(system: RealSystem, workload: Workload, rr: RealRun) -> list[list[SimClaim]]:
@@ -167,13 +215,17 @@ def check_real(
     anomalies: Sequence[str] = ANOMALIES,
 ) -> dict[str, Verdict]:
     out = {}
+    if {"N1", "RD"} & set(anomalies):
+        n1, rd = recovery_checks(system, workload, rr, serial.judge, recovery)
     for name in anomalies:
         if name == "N1":
-            out[name] = n1(system, workload, rr, recovery)
+            out[name] = n1
+        elif name == "RD":
+            out[name] = rd
         elif name == "N2":
             out[name] = n2(system, workload, rr, serial)
         elif name == "N3":
             out[name] = n3(system, workload, rr)
         else:
-            raise ValueError(f"anomaly: unknown anomaly {name!r} (use N1, N2, N3)")
+            raise ValueError(f"anomaly: unknown anomaly {name!r} (use N1, RD, N2, N3)")
     return out

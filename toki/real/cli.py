@@ -88,8 +88,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from toki.real.systems import ALIASES, SYSTEMS
 
     rows = []
-    for name, s in sorted(SYSTEMS.items()):
-        where = "toki's own interpreter" if s.lock is None else str(env_dir(name, s.lock))
+    for _, s in sorted(SYSTEMS.items()):
+        where = "toki's own interpreter" if s.lock is None else str(env_dir(s.env_name, s.lock))
         ready = s.lock is None or (Path(where) / "ready.json").is_file()
         rows.append({**s.describe(), "environment": where, "ready": ready})
     if args.json:
@@ -107,7 +107,12 @@ def _cmd_setup(args: argparse.Namespace) -> int:
     from toki.real.systems import SYSTEMS, get_real_system, setup_system
 
     if args.system == "all":
-        names = sorted(n for n, s in SYSTEMS.items() if s.lock is not None)
+        # one system per environment (systems that share a lock file share it)
+        first: dict[str, str] = {}
+        for n in sorted(SYSTEMS):
+            if SYSTEMS[n].lock is not None:
+                first.setdefault(SYSTEMS[n].env_name, n)
+        names = sorted(first.values())
     else:
         names = [get_real_system(args.system).name]
     with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:  # pip runs in processes
@@ -165,8 +170,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     data = report.to_json()
     data["out"] = str(out)
     if not args.check:
-        data.pop("anomalies")
-        data.pop("n1_causes")
+        for key in ("anomalies", "checked", "undecided", "recovery_judge_calls"):
+            data.pop(key)
     if args.json:
         _print(data)
     else:
@@ -226,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--depth", type=int, default=3, help="PCT depth")
     run.add_argument("--preemptions", type=int, default=2, help="bounded DFS preemptions")
     run.add_argument("--faults", help="crash:<n>: n crashes per agent between gate points")
-    run.add_argument("--check", action="store_true", help="check N1/N2/N3 on every schedule")
+    run.add_argument("--check", action="store_true", help="check N1/RD/N2/N3 on every schedule")
     run.add_argument("--out", help="folder for witnesses (default: a new temporary folder)")
     run.add_argument(
         "--gate-timeout",

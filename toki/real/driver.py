@@ -36,6 +36,7 @@ from toki.sim.workload import SimClaim, Workload
 from toki.systems.base import belief_hash
 
 __all__ = [
+    "CountingPicker",
     "LiveTrace",
     "RealRun",
     "SerialCache",
@@ -66,6 +67,8 @@ class RealRun:
     timeline: tuple[Mapping[str, Any], ...]
     recovered: Any = None
     footprints: tuple[Footprint, ...] | None = field(default=None, repr=False, compare=False)
+    recovered_pinned: Any = None  # the same recovery with the live judge pinned (N1 vs RD)
+    judge_calls: int = 0  # questions the live write path asked the judge
 
     @property
     def record(self) -> dict[str, Any]:
@@ -77,6 +80,7 @@ class RealRun:
             "observation": self.observation,
             "timeline": list(self.timeline),
             "recovered": self.recovered,
+            "recovered_pinned": self.recovered_pinned,
         }
 
     @property
@@ -110,10 +114,23 @@ def _frozen(value: Any) -> Any:
 
 class LiveTrace:
     """The gate points and crashes of the world being run (one per program; a new world
-    starts a new trace)."""
+    starts a new trace), and counters over all worlds (`notes`): `sibling_order_fixed`
+    counts the moments an async agent had two or more tasks parked at gate points that
+    touch shared state; the explorer released them in creation order (the (agent, task)
+    orders inside one agent are not explored, see docs/real.md)."""
 
-    def __init__(self) -> None:
+    def __init__(self, workload: Workload | None = None, seed: int = 0) -> None:
         self.trace: list[dict[str, Any]] = []
+        self.notes: dict[str, int] = {}
+        self.workload = workload
+        self.seed = seed
+        self.replays: dict[str, Any] = {}  # recovery re-runs, memoised by order and judge
+        self.judge_calls = 0  # questions the live write path asked the judge (this world)
+
+
+def _siblings_touch_shared(resp: Mapping[str, Any]) -> bool:
+    parked = resp.get("parked") or []
+    return sum(1 for p in parked if p.get("reads") or p.get("writes")) >= 2
 
 
 def open_session(system: RealSystem, *, gate_timeout: float = 60.0) -> Session:
@@ -134,7 +151,7 @@ def real_program(
     max_steps: int = 10_000,
 ) -> tuple[Program, LiveTrace]:
     """A program whose every world is a fresh instance of the library in `session`."""
-    live = LiveTrace()
+    live = LiveTrace(workload, seed)
     config = system.host.config(workload)
 
     def agent(i: int, inbox: Sequence[SimClaim]) -> Agent:
@@ -142,6 +159,8 @@ def real_program(
         pending: Step | None = None  # the model's lock release, after the real one
         while resp["state"] == "parked" or pending is not None:
             point = GatePoint.from_json(resp["point"]) if resp["state"] == "parked" else None
+            if point is not None and pending is None and _siblings_touch_shared(resp):
+                live.notes["sibling_order_fixed"] = live.notes.get("sibling_order_fixed", 0) + 1
             try:
                 if pending is not None:
                     yield pending
@@ -171,7 +190,9 @@ def real_program(
                     }
                 )
                 raise
-            reply = system.host.answer(point, judge)
+            counting = CountingPicker(judge)
+            reply = system.host.answer(point, counting)
+            live.judge_calls += counting.asked
             live.trace.append(
                 {
                     "agent": i,
@@ -179,14 +200,16 @@ def real_program(
                     "claim": point.claim,
                     "detail": point.detail,
                     "reply": reply,
+                    **({"task": point.task} if point.task else {}),
                 }
             )
-            resp = session.call("step", agent=i, reply=reply)
+            resp = session.call("step", agent=i, reply=reply, task=point.task)
         return _frozen(resp["outcome"])
 
     def build() -> World:
         session.call("open", seed=seed, config=config)
         live.trace = []
+        live.judge_calls = 0
         agents = tuple(agent(i, inbox) for i, inbox in enumerate(workload.inboxes))
         return World(SimStore(Isolation.READ_COMMITTED), agents, ())
 
@@ -195,20 +218,98 @@ def real_program(
 
 
 def finish_run(
-    system: RealSystem, session: Session, live: LiveTrace, run: Run, recovery: Picker
+    system: RealSystem,
+    session: Session,
+    live: LiveTrace,
+    run: Run,
+    recovery: Picker,
+    judge: Picker | None = None,
 ) -> RealRun:
-    """Observe the library after `run` ended (call before anything re-opens the session)."""
+    """Observe the library after `run` ended (call before anything re-opens the session),
+    and run its recovery with the fresh `recovery` judge and, given the live `judge`, with
+    that judge pinned (what tells N1 from RD)."""
     seen = session.call("observe")
-    recovered = session.call("recover", config={"p": recovery.p, "seed": recovery.seed})
+    trace = tuple(live.trace)
+    restored = _recovered(system, session, live, seen["observation"], recovery)
+    pinned = None
+    if judge is not None:
+        pinned = _recovered(system, session, live, seen["observation"], judge)
     return RealRun(
         schedule=run.schedule,
-        trace=tuple(live.trace),
+        trace=trace,
         outcomes=run.outcomes,
         observation=seen["observation"],
         timeline=tuple(seen["timeline"]),
-        recovered=recovered.get("recovered"),
+        recovered=restored,
         footprints=run.footprints,
+        recovered_pinned=pinned,
+        judge_calls=live.judge_calls,
     )
+
+
+def _recovered(
+    system: RealSystem,
+    session: Session,
+    live: LiveTrace,
+    observation: Mapping[str, Any],
+    judge: Picker,
+) -> Any:
+    """The worker's own recovery, else (for a library whose recovery is re-ingesting its
+    stored inputs) the host's replay of them through the real code."""
+    replay_inputs = getattr(system.host, "replay_inputs", None)
+    if replay_inputs is not None and live.workload is not None:
+        return _replay(system, session, live, observation, judge, replay_inputs)
+    return session.call("recover", config={"p": judge.p, "seed": judge.seed}).get("recovered")
+
+
+def _replay(
+    system: RealSystem,
+    session: Session,
+    live: LiveTrace,
+    observation: Mapping[str, Any],
+    recovery: Picker,
+    replay_inputs: Any,
+) -> Any:
+    """A library whose documented recovery is re-ingesting its stored inputs (Graphiti's
+    episodes): run the real code serially over them, in the order the library lists them,
+    with the fresh recovery judge. Call after observing: it re-opens the session."""
+    assert live.workload is not None
+    order = replay_inputs(observation, live.workload)
+    if order is None:
+        return None
+    key = canonical_json([recovery.p, recovery.seed, [c.to_json() for c in order]])
+    found = live.replays.get(key)
+    if found is None:
+        counting = CountingPicker(recovery)
+        obs = run_serially(system, session, live.workload, order, counting, live.seed)
+        found = {
+            "replayed": obs,
+            "order": [c.to_json() for c in order],
+            "judge_calls": counting.asked,
+        }
+        live.replays[key] = found
+    return found
+
+
+@dataclass(slots=True)
+class CountingPicker:
+    """A judge that counts the questions put to it (a recovery that asks none cannot show
+    N1: nothing is re-adjudicated)."""
+
+    inner: Picker
+    asked: int = 0
+
+    @property
+    def p(self) -> float:
+        return self.inner.p
+
+    @property
+    def seed(self) -> int:
+        return self.inner.seed
+
+    def pick(self, question: str, candidates: Sequence[str]) -> str:
+        self.asked += 1
+        return self.inner.pick(question, candidates)
 
 
 def real_runs(
@@ -240,13 +341,15 @@ def real_runs(
             if run is None:
                 return
             count += 1
-            yield finish_run(system, session, live, run, recovery)
+            yield finish_run(system, session, live, run, recovery, judge)
             if count >= budget:
                 return
     finally:
         close = getattr(runs, "close", None)
         if close is not None:
             close()
+        for name, count in sorted(live.notes.items()):
+            stats.note(name, count)
 
 
 @contextmanager
@@ -357,7 +460,8 @@ def run_serially(
     resp = session.call("start", agent=0, inbox=[c.to_json() for c in order])
     while resp["state"] == "parked":
         point = GatePoint.from_json(resp["point"])
-        resp = session.call("step", agent=0, reply=system.host.answer(point, judge))
+        reply = system.host.answer(point, judge)
+        resp = session.call("step", agent=0, reply=reply, task=point.task)
     observation: Mapping[str, Any] = session.call("observe")["observation"]
     return observation
 

@@ -37,7 +37,10 @@ class RealReport:
     seconds: float = 0.0
     serial_runs: int = 0
     anomalies: Counter[str] = field(default_factory=Counter)
-    causes: Counter[str] = field(default_factory=Counter)
+    checked: Counter[str] = field(default_factory=Counter)  # runs each check decided
+    undecided: Counter[str] = field(default_factory=Counter)  # runs it could not decide
+    recovery_judge_calls: int = 0  # questions the fresh-judge recoveries asked
+    judged_runs: int = 0  # runs in which the live write path asked the judge
     witnesses: dict[str, RealWitness] = field(default_factory=dict)
     witness_files: dict[str, str] = field(default_factory=dict)
     notes: dict[str, int] = field(default_factory=dict)  # the strategy's counters (DPOR's)
@@ -65,7 +68,10 @@ class RealReport:
             "schedules_per_s": round(self.schedules_per_s, 2),
             "serial_runs": self.serial_runs,
             "anomalies": {a: self.anomalies.get(a, 0) for a in ANOMALIES},
-            "n1_causes": dict(sorted(self.causes.items())),
+            "checked": {a: self.checked.get(a, 0) for a in ANOMALIES},
+            "undecided": {a: self.undecided.get(a, 0) for a in ANOMALIES},
+            "recovery_judge_calls": self.recovery_judge_calls,
+            "judged_runs": self.judged_runs,
             "witnesses": dict(sorted(self.witness_files.items())),
             "strategy_notes": dict(sorted(self.notes.items())),
         }
@@ -121,13 +127,19 @@ def explore_real(
             report.schedules += 1
             report.steps += len(rr.schedule)
             states.add(rr.state_digest)
+            if rr.judge_calls:
+                report.judged_runs += 1
             if check:
                 for name, v in check_real(system, workload, rr, serial, recovery).items():
+                    if name == "N1":
+                        report.recovery_judge_calls += int(v.details["recovery_judge_calls"])
+                    if not v.ran:
+                        report.undecided[name] += 1
+                        continue
+                    report.checked[name] += 1
                     if not v.found:
                         continue
                     report.anomalies[name] += 1
-                    if name == "N1":
-                        report.causes[str(v.details.get("cause"))] += 1
                     best = report.witnesses.get(name)
                     if best is None or len(rr.schedule) < len(best.schedule):
                         w = RealWitness(
@@ -155,7 +167,9 @@ def explore_real(
             if progress is not None:
                 progress(1)
         report.serial_runs = serial.runs
-    report.exhausted = stats.exhausted
+    # an async agent's sibling tasks released in a fixed order: the agent-level schedule
+    # space was enumerated, the (agent, task) orders inside an agent were not
+    report.exhausted = stats.exhausted and not stats.notes.get("sibling_order_fixed")
     report.notes = dict(stats.notes)
     report.seconds = time.perf_counter() - t0
     report.distinct_states = len(states)

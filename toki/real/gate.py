@@ -35,6 +35,7 @@ class GatePoint:
     reads: tuple[tuple[str, Any], ...] = ()
     writes: tuple[tuple[str, Any], ...] = ()
     claim: int | None = None  # index of the inbox claim the agent is working on
+    task: int = 0  # the agent's task (async libraries: creation number; 0: its main task)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GatePoint:
@@ -49,6 +50,7 @@ class GatePoint:
             pairs(data.get("reads", ())),
             pairs(data.get("writes", ())),
             None if data.get("claim") is None else int(data["claim"]),
+            int(data.get("task") or 0),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -60,6 +62,7 @@ class GatePoint:
             "reads": [list(r) for r in self.reads],
             "writes": [list(w) for w in self.writes],
             "claim": self.claim,
+            "task": self.task,
         }
 
 

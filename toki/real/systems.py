@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 from toki.errors import InvalidInput
 from toki.real.adapter import RealSystem
+from toki.real.adapters.graphiti import GraphitiHost
+from toki.real.adapters.langchain import LangGraphStoreHost, LangMemHost
 from toki.real.adapters.mem0 import Mem0Host
 from toki.real.adapters.toki_memory import TokiHost
 from toki.real.envs import SetupReport, python_for, setup
@@ -102,7 +104,110 @@ SYSTEMS: dict[str, RealSystem] = {
     ),
 }
 
-ALIASES = {"mem0-2.x": "mem0-2.2.1", "mem0-1.x": "mem0-1.0.11", "toki": "toki-memory"}
+_LANGGRAPH_SIMPLIFIED = (
+    "the application puts each claim's value under (subject, predicate): "
+    "store.put((subject,), predicate, {'value': v}); no read-decide-write in the application",
+    "no TTL, no index (no embeddings configured): search lists a namespace",
+)
+SYSTEMS["graphiti-0.31.2"] = RealSystem(
+    name="graphiti-0.31.2",
+    title="graphiti-core 0.31.2 on embedded Kuzu 0.11.3 (LLM flags contradictions; "
+    "valid-time rule picks the loser)",
+    library="graphiti-core",
+    version="0.31.2",
+    module="graphiti_core",
+    adapter="graphiti",
+    host=GraphitiHost(),
+    lock="graphiti-0.31.2.txt",
+    env={"GRAPHITI_TELEMETRY_ENABLED": "false"},
+    model="graphiti",
+    intercepted=(
+        "LLM: LLMClient.generate_response (every prompt: extract_nodes, dedupe_nodes, "
+        "extract_edges, dedupe_edges.resolve_edge), an awaitable gate point per call",
+        "Kuzu: every statement through KuzuDriver.execute_query (reads and writes of the "
+        "graph; each commits on its own)",
+        "clock (utc_now) and uuid4: one stream per agent",
+        "async: each agent's event loop; several coroutines of one agent can be parked",
+    ),
+    simplified=(
+        "entity and edge extraction are exact: one entity per side, one edge "
+        "'<key> is <value>' valid from the claim's start (the model's simplification)",
+        "embeddings are feature-hashed words; the cross-encoder keeps the search order",
+        "Kuzu in memory (':memory:'), a fresh database per run; statements run in the "
+        "agent's loop thread instead of Kuzu's pool",
+        "an agent's parked sibling tasks are released oldest first (the explorer chooses "
+        "the agent, not the task inside it; strategy_notes count when this mattered)",
+    ),
+)
+SYSTEMS["langgraph-store-memory"] = RealSystem(
+    name="langgraph-store-memory",
+    title="LangGraph InMemoryStore (langgraph 1.2.24): put overwrites, no history",
+    library="langgraph",
+    version="1.2.24",
+    module="langgraph.store.memory",
+    adapter="langchain",
+    host=LangGraphStoreHost("memory"),
+    lock="langgraph-1.2.24.txt",
+    venv="langgraph-1.2.24",
+    model="langgraph-store",
+    intercepted=("Store.batch: every get/put/search/delete (deletes are PutOp(value=None))",),
+    simplified=_LANGGRAPH_SIMPLIFIED,
+)
+SYSTEMS["langgraph-store-postgres"] = RealSystem(
+    name="langgraph-store-postgres",
+    title="LangGraph PostgresStore (langgraph-checkpoint-postgres 3.2.0) on the local "
+    "PostgreSQL, a schema per run",
+    library="langgraph-checkpoint-postgres",
+    version="3.2.0",
+    module="langgraph.store.postgres",
+    adapter="langchain",
+    host=LangGraphStoreHost("postgres"),
+    lock="langgraph-1.2.24.txt",
+    venv="langgraph-1.2.24",
+    model="langgraph-store",
+    intercepted=(
+        "PostgresStore.batch: every get/put/search/delete (each batch its own transaction)",
+    ),
+    simplified=(
+        *_LANGGRAPH_SIMPLIFIED,
+        "needs TOKI_PG_DSN (default postgresql://postgres@127.0.0.1:5432/test); each run "
+        "in a schema of its own, dropped afterwards",
+    ),
+)
+SYSTEMS["langmem-0.0.30"] = RealSystem(
+    name="langmem-0.0.30",
+    title="LangMem 0.0.30 memory store manager (trustcall) over a LangGraph InMemoryStore",
+    library="langmem",
+    version="0.0.30",
+    module="langmem",
+    adapter="langchain",
+    host=LangMemHost(),
+    lock="langgraph-1.2.24.txt",
+    venv="langgraph-1.2.24",
+    model="langmem",
+    intercepted=(
+        "the chat model: a BaseChatModel whose bind_tools binds the tools and whose "
+        "_generate is a gate point (the host answers with tool calls: Memory, PatchDoc, "
+        "RemoveDoc)",
+        "Store.batch: every search/put/delete of the manager",
+        "thread pools (langchain's ContextThreadPoolExecutor) run inline inside an agent",
+        "uuid4 (new memory ids): one stream per agent",
+    ),
+    simplified=(
+        "extraction is exact: one memory 'key is value' per claim (the model's)",
+        "the manager's verdict on a contradiction comes from the workload's judge: patch, "
+        "remove + insert, or insert (the model's question)",
+        "store = InMemoryStore without an index (search lists the namespace)",
+    ),
+)
+
+ALIASES = {
+    "mem0-2.x": "mem0-2.2.1",
+    "mem0-1.x": "mem0-1.0.11",
+    "toki": "toki-memory",
+    "graphiti": "graphiti-0.31.2",
+    "langmem": "langmem-0.0.30",
+}
 
 
 def get_real_system(name: str) -> RealSystem:
@@ -118,7 +223,7 @@ def get_real_system(name: str) -> RealSystem:
 
 def worker_python(system: RealSystem) -> str:
     """The interpreter of the system's environment (EnvironmentMissing when not set up)."""
-    return python_for(system.name, system.lock)
+    return python_for(system.env_name, system.lock)
 
 
 def _check_import(system: RealSystem) -> Callable[[str], None]:
@@ -151,4 +256,4 @@ def _check_import(system: RealSystem) -> Callable[[str], None]:
 def setup_system(name: str, *, force: bool = False) -> SetupReport:
     system = get_real_system(name)
     check = _check_import(system)
-    return setup(system.name, system.lock, check=check, force=force)
+    return setup(system.env_name, system.lock, check=check, force=force)

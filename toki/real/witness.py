@@ -147,7 +147,7 @@ def replay_real(w: RealWitness, *, gate_timeout: float = 60.0) -> tuple[RealRun,
         )
         with unwrapped():
             run = replay_schedule(program, w.schedule)
-        rr = finish_run(system, session, live, run, recovery)
+        rr = finish_run(system, session, live, run, recovery, judge)
         serial = SerialCache(system, session, w.workload, judge, w.seed)
         verdict = check_real(system, w.workload, rr, serial, recovery, (w.anomaly,))[w.anomaly]
     return rr, verdict
@@ -219,9 +219,14 @@ def explain_real(w: RealWitness, rr: RealRun, verdict: Verdict | None = None) ->
 def _moral(anomaly: str) -> str:
     if anomaly == "N1":
         return (
-            "why: rebuilding from what the library durably recorded gives other beliefs "
-            "than the live state (a change that never reached the record, or a decision "
-            "re-made differently)"
+            "why: re-adjudicating what the library durably recorded with a fresh judge gives "
+            "other beliefs than with the live judge pinned (a decision re-made differently)"
+        )
+    if anomaly == "RD":
+        return (
+            "why: rebuilding from what the library durably recorded, with the live judge "
+            "pinned, gives other beliefs than the live state (an order, a change that never "
+            "reached the record)"
         )
     if anomaly == "N2":
         return (

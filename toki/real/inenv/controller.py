@@ -10,12 +10,24 @@ into `asyncio.to_thread` and into thread pools that copy contexts); code outside
 (building the instance, observing it) passes every gate without stopping. A crashed agent is
 abandoned where it is parked; when the run is discarded its thread is woken with `Abandoned`
 (a BaseException, so the library's `except Exception` handlers let it through) and joined.
+
+Asynchronous libraries (`agate`, `start(..., is_async=True)`): the unit is (agent, task). The
+agent's thread runs an event loop; a coroutine that reaches `agate` parks (awaits a future)
+while the loop goes on running the agent's other tasks, so one agent can have several
+coroutines parked at once. The agent counts as parked when its loop is quiescent (nothing
+ready to run: every task is parked at a gate point or waiting for another task); the host
+then releases one (agent, task) and waits for quiescence again. Tasks are numbered in the
+order the agent's loop created them (a task factory), so task numbers are a function of the
+schedule too.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from typing import Any
 
@@ -24,6 +36,7 @@ __all__ = ["CURRENT", "Abandoned", "Controller", "GateTimeout"]
 CURRENT: ContextVar[int | None] = ContextVar("toki_real_agent", default=None)
 _GENERATION: ContextVar[int] = ContextVar("toki_real_generation", default=-1)
 _CLAIM: ContextVar[int | None] = ContextVar("toki_real_claim_index", default=None)
+_TASK: ContextVar[int] = ContextVar("toki_real_task", default=0)
 
 
 class Abandoned(BaseException):
@@ -35,13 +48,45 @@ class GateTimeout(RuntimeError):
 
 
 class _Slot:
-    __slots__ = ("abandon", "event", "point", "reply")
+    """One parked call: a thread waiting on `event`, or a coroutine awaiting `future`."""
 
-    def __init__(self, point: dict[str, Any]) -> None:
+    __slots__ = ("abandon", "event", "future", "loop", "point", "reply")
+
+    def __init__(
+        self,
+        point: dict[str, Any],
+        loop: asyncio.AbstractEventLoop | None = None,
+        future: asyncio.Future[Any] | None = None,
+    ) -> None:
         self.point = point
         self.event = threading.Event()
+        self.loop = loop
+        self.future = future
         self.reply: Any = None
         self.abandon = False
+
+    def wake(self, reply: Any = None, abandon: bool = False) -> None:
+        self.reply, self.abandon = reply, abandon
+        if self.future is None or self.loop is None:
+            self.event.set()
+            return
+        future = self.future
+
+        def settle() -> None:
+            if future.done():
+                return
+            if abandon:
+                future.set_exception(Abandoned())
+            else:
+                future.set_result(reply)
+
+        with contextlib.suppress(RuntimeError):  # a closed loop: nothing waits any more
+            self.loop.call_soon_threadsafe(settle)
+
+
+def _task_number(point: dict[str, Any]) -> int:
+    task = point.get("task")
+    return task if isinstance(task, int) else 0
 
 
 Resource = tuple[str, Any]
@@ -53,7 +98,10 @@ class Controller:
     def __init__(self, timeout: float = 60.0) -> None:
         self.timeout = timeout
         self._cond = threading.Condition()
-        self._slots: dict[int, _Slot] = {}
+        self._slots: dict[int, dict[int, _Slot]] = {}  # agent -> task -> its parked call
+        self._quiet: set[int] = set()  # async agents whose loop has nothing ready to run
+        self._async: set[int] = set()
+        self._watching: set[int] = set()  # async agents with a quiescence check pending
         self._done: dict[int, Any] = {}
         self._threads: list[threading.Thread] = []
         self._dead: list[_Slot] = []
@@ -91,12 +139,70 @@ class Controller:
         }
         slot = _Slot(point)
         with self._cond:
-            self._slots[agent] = slot
+            self._slots.setdefault(agent, {})[0] = slot
             self._cond.notify_all()
         slot.event.wait()
         if slot.abandon or _GENERATION.get() != self._generation:
             raise Abandoned()
         return slot.reply
+
+    async def agate(
+        self,
+        kind: str,
+        name: str,
+        detail: Any = None,
+        reads: Iterable[Resource] = (),
+        writes: Iterable[Resource] = (),
+    ) -> Any:
+        """`gate` for a coroutine: park this task (the agent's loop runs its other tasks)
+        until the host releases it; returns the host's reply. Outside an agent: None."""
+        agent = CURRENT.get()
+        if agent is None:
+            return None
+        if _GENERATION.get() != self._generation:
+            raise Abandoned()
+        loop = asyncio.get_running_loop()
+        task = _TASK.get()
+        point = {
+            "agent": agent,
+            "claim": _CLAIM.get(),
+            "task": task,
+            "kind": kind,
+            "name": name,
+            "detail": detail,
+            "reads": sorted([list(r) for r in reads], key=repr),
+            "writes": sorted([list(w) for w in writes], key=repr),
+        }
+        future: asyncio.Future[Any] = loop.create_future()
+        slot = _Slot(point, loop, future)
+        with self._cond:
+            self._slots.setdefault(agent, {})[task] = slot
+        self._watch(agent, loop)
+        reply = await future
+        if _GENERATION.get() != self._generation:
+            raise Abandoned()
+        return reply
+
+    def _watch(self, agent: int, loop: asyncio.AbstractEventLoop) -> None:
+        """Tell the host once the agent's loop has nothing ready to run (quiescent)."""
+        generation = self._generation
+        if agent in self._watching:
+            return  # one watcher per agent: two would keep seeing each other as ready work
+        self._watching.add(agent)
+
+        def check() -> None:
+            if generation != self._generation:
+                self._watching.discard(agent)
+                return
+            if getattr(loop, "_ready", None):  # other callbacks first (CPython's ready queue)
+                loop.call_soon(check)
+                return
+            self._watching.discard(agent)
+            with self._cond:
+                self._quiet.add(agent)
+                self._cond.notify_all()
+
+        loop.call_soon(check)
 
     def agent(self) -> int | None:
         return CURRENT.get()
@@ -107,15 +213,22 @@ class Controller:
 
     # -- the host's side ----------------------------------------------------------------------
 
-    def start(self, agent: int, body: Callable[[], Any]) -> dict[str, Any]:
-        """Start `body` as agent `agent`; returns when it parks or finishes."""
+    def start(
+        self, agent: int, body: Callable[[], Any], *, is_async: bool = False
+    ) -> dict[str, Any]:
+        """Start `body` as agent `agent` (with `is_async`, `body()` returns a coroutine that
+        runs on the agent's own event loop, its tasks numbered by creation); returns when
+        the agent parks or finishes."""
         generation = self._generation
+        if is_async:
+            self._async.add(agent)
 
         def run() -> None:
             CURRENT.set(agent)
             _GENERATION.set(generation)
             try:
-                result: Any = {"state": "done", "outcome": body()}
+                outcome = _run_loop(agent, body) if is_async else body()
+                result: Any = {"state": "done", "outcome": outcome}
             except Abandoned:
                 return
             except BaseException as exc:  # the library raised out of the agent's call
@@ -130,24 +243,38 @@ class Controller:
         thread.start()
         return self._wait(agent)
 
-    def release(self, agent: int, reply: Any = None) -> dict[str, Any]:
-        """Let agent `agent` run the call it is parked at; returns at its next gate or end."""
+    def release(self, agent: int, reply: Any = None, task: int | None = None) -> dict[str, Any]:
+        """Let agent `agent` run the call it (its task `task`, default: its oldest parked
+        task) is parked at; returns at its next gate or end."""
         with self._cond:
-            slot = self._slots.pop(agent, None)
-        if slot is None:
-            raise RuntimeError(f"agent {agent} is not parked at a gate point")
+            parked = self._slots.get(agent) or {}
+            if task is None and parked:
+                task = min(parked)
+            slot = parked.pop(task, None) if task is not None else None
+            if slot is None:
+                raise RuntimeError(f"agent {agent} task {task} is not parked at a gate point")
+            if not parked:
+                self._slots.pop(agent, None)
+            self._quiet.discard(agent)
         self.executed.append(slot.point)
-        slot.reply = reply
-        slot.event.set()
+        slot.wake(reply)
+        if slot.loop is not None:
+            self._watch_from_host(agent, slot.loop)
         return self._wait(agent)
 
+    def _watch_from_host(self, agent: int, loop: asyncio.AbstractEventLoop) -> None:
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._watch, agent, loop)
+
     def crash(self, agent: int) -> bool:
-        """Abandon agent `agent` where it is parked; False when it had already finished."""
+        """Abandon agent `agent` (every task of it) where it is parked; False when it had
+        already finished."""
         with self._cond:
-            slot = self._slots.pop(agent, None)
-        if slot is None:
+            slots = self._slots.pop(agent, None)
+            self._quiet.discard(agent)
+        if not slots:
             return False
-        self._dead.append(slot)
+        self._dead.extend(slots.values())
         return True
 
     def reset(self, seed: int) -> None:
@@ -155,13 +282,16 @@ class Controller:
         and start counting clock ticks and ids afresh."""
         with self._cond:
             self._generation += 1
-            slots = [*self._slots.values(), *self._dead]
+            slots = [s for parked in self._slots.values() for s in parked.values()]
+            slots += self._dead
             self._slots.clear()
+            self._quiet.clear()
+            self._async.clear()
+            self._watching.clear()
             self._done.clear()
             self._dead = []
         for slot in slots:
-            slot.abandon = True
-            slot.event.set()
+            slot.wake(abandon=True)
         for thread in self._threads:
             thread.join(timeout=self.timeout)
         self._threads = [t for t in self._threads if t.is_alive()]
@@ -172,16 +302,47 @@ class Controller:
 
     def _wait(self, agent: int) -> dict[str, Any]:
         with self._cond:
-            ok = self._cond.wait_for(
-                lambda: agent in self._slots or agent in self._done, timeout=self.timeout
-            )
+            ok = self._cond.wait_for(lambda: self._parked(agent), timeout=self.timeout)
             if not ok:
                 raise GateTimeout(
                     f"agent {agent} neither reached a gate point nor finished within "
                     f"{self.timeout:g} s: it is probably blocked on something another, parked "
                     "agent holds (a lock): make that lock a gate point of the adapter"
                 )
-            if agent in self._slots:
-                return {"state": "parked", "point": self._slots[agent].point}
-            result: dict[str, Any] = self._done[agent]
-            return result
+            if agent in self._done:
+                result: dict[str, Any] = self._done[agent]
+                return result
+            parked = sorted(self._slots[agent].items())
+            return {
+                "state": "parked",
+                "point": parked[0][1].point,
+                "parked": [slot.point for _, slot in parked],
+            }
+
+    def _parked(self, agent: int) -> bool:
+        if agent in self._done:
+            return True
+        if agent in self._async:
+            return agent in self._quiet and bool(self._slots.get(agent))
+        return agent in self._slots
+
+
+def _run_loop(agent: int, body: Callable[[], Awaitable[Any]]) -> Any:
+    """Run an async agent's body on a loop of its own whose tasks carry their creation
+    number (`toki_task`): 0 is the body itself."""
+
+    async def main() -> Any:
+        loop = asyncio.get_running_loop()
+        counter = [0]
+        _TASK.set(0)
+
+        def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+            counter[0] += 1
+            context = kw.pop("context", None) or contextvars.copy_context()
+            context.run(_TASK.set, counter[0])
+            return asyncio.Task(coro, loop=loop, context=context, **kw)
+
+        loop.set_task_factory(factory)
+        return await body()
+
+    return asyncio.run(main())

@@ -7,13 +7,15 @@ attempts the guard refused since the previous response. Operations:
   hello                          -> library, version, python, protocol
   open {seed, config}            -> a fresh library instance (the previous run is discarded)
   start {agent, inbox}           -> the agent's state: parked at a point, or done
-  step {agent, reply}            -> release the parked call (reply: e.g. the LLM's answer)
+  step {agent, reply, task?}     -> release the parked call (reply: e.g. the LLM's answer);
+                                    for an async agent, of its task `task` (default: oldest)
   crash {agent}                  -> abandon the agent where it is parked
   observe                        -> the library's state through its own API and records
   recover {config}               -> what the library's own recovery rebuilds (if it has one)
   close                          -> end the worker
 
-Agent state: {"state": "parked", "point": {agent, kind, name, detail, reads, writes}} or
+Agent state: {"state": "parked", "point": {agent, kind, name, detail, reads, writes, task},
+"parked": [every parked point of the agent, by task number]} or
 {"state": "done", "outcome": ...}. After a step whose point writes shared state the adapter's
 `snapshot()` is recorded (what a reader would be served at that moment: N3 needs it).
 
@@ -71,10 +73,15 @@ class Worker:
         if op == "start":
             agent = int(req["agent"])
             inbox = list(req.get("inbox") or [])
-            return ctl.start(agent, lambda: self.adapter.agent_main(agent, inbox))
+            return ctl.start(
+                agent,
+                lambda: self.adapter.agent_main(agent, inbox),
+                is_async=bool(getattr(self.adapter, "is_async", False)),
+            )
         if op == "step":
             agent = int(req["agent"])
-            state = ctl.release(agent, req.get("reply"))
+            task = req.get("task")
+            state = ctl.release(agent, req.get("reply"), None if task is None else int(task))
             point = ctl.executed[-1]
             if _writes_shared(point):
                 self.timeline.append(

@@ -193,8 +193,10 @@ class _LocalJudge:
 
     def __init__(self, p: float, seed: int) -> None:
         self.sim = SimJudge(p, seed)
+        self.asked = 0  # questions put to it (a recovery that asks none cannot show N1)
 
     def judge(self, question: JudgeQuestion) -> Verdict:
+        self.asked += 1
         values = [str(c.value) for c in question.candidates]
         key = f"{question.key.subject}:{question.key.fact_key}"
         pick = self.sim.pick(f"{key}: {' / '.join(values[:-1])} vs {values[-1]}", values)
@@ -333,6 +335,7 @@ class Adapter:
                 out["rejudged"] = self._view(mem.readjudicate(EWM, judge=judge), self.keys)
             except Exception as exc:
                 out["rejudged_error"] = f"{type(exc).__name__}: {exc}"
+            out["judge_calls"] = judge.asked
             return out
         finally:
             mem.close()

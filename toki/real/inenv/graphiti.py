@@ -1,0 +1,339 @@
+"""Graphiti (graphiti-core 0.31.x) on the embedded Kuzu driver, every boundary gated.
+
+Built as a user would (`Graphiti(graph_driver=KuzuDriver(...), llm_client=...,
+embedder=..., cross_encoder=...)`) with an `LLMClient` subclass whose `generate_response`
+is a gate point, a feature-hashed `EmbedderClient` and a pass-through `CrossEncoderClient`;
+telemetry off (`GRAPHITI_TELEMETRY_ENABLED=false`, set by the system's env). Graphiti is
+async: each agent runs its claims on an event loop of its own and every gate point is an
+awaitable one (`Controller.agate`), so one agent can have several coroutines parked at once
+(`semaphore_gather` runs node and edge searches in parallel tasks); the unit is
+(agent, task).
+
+Gate points and their footprints:
+
+  llm.<prompt name>       none (the host answers from the workload's judge); the detail
+                          carries the prompt's structured context (captured by wrapping
+                          `generate_prompt_response`): candidates, facts, node names
+  kuzu.read / kuzu.write  reads / writes ("kuzu", "graph"): every Kuzu statement passes
+                          through `driver.execute_query` and commits on its own (Kuzu's
+                          `execute_write` is not a transaction), so each is one step
+
+Workarounds for graphiti-core 0.31.2 (documented in docs/real.md): `httpx` is missing from
+its dependencies (the lock file pins it); `KuzuDriver` never sets `_database`, so
+`add_episode(group_id=...)` crashes until it is set (set here to the group); its
+`build_indices_and_constraints` does nothing for Kuzu, so the full-text indexes of
+`get_fulltext_indices(GraphProvider.KUZU)` are created here (the FTS extension is bundled
+with kuzu). Kuzu's `AsyncConnection` runs statements in its own thread pool; here the
+driver's client runs each statement synchronously in the agent's loop thread, right after
+its gate point (the statement is the same; only the thread differs), so no agent's work
+runs while another's is released.
+
+Determinism: Graphiti reads the clock through `utc_now()` (created_at, expired_at) and ids
+through `uuid4()` (nodes, edges); both are patched with one stream per agent: agent i's n-th
+read of the clock is BASE + n s + i ms. A clock per agent is not shared state, so reading it
+is no gate point; Graphiti decides with valid_at / reference_time, never with these times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import importlib.metadata
+import re
+import sys
+import types
+import uuid as _uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from . import stubs
+from .controller import Controller
+
+__all__ = ["Adapter"]
+
+GROUP = "toki"
+CLAIM: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "toki_real_graphiti_claim", default=None
+)
+PROMPT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "toki_real_graphiti_prompt", default=None
+)
+_WRITE = re.compile(r"\b(MERGE|CREATE|SET|DELETE|DETACH|REMOVE)\b", re.IGNORECASE)
+GRAPH = ("kuzu", "graph")
+
+
+def episode_body(claim: dict[str, Any]) -> str:
+    return f"{claim['key']} is {claim['value']}"
+
+
+def reference_time(claim: dict[str, Any]) -> datetime:
+    """The episode's reference time: the claim's valid start (days from stubs.BASE)."""
+    return stubs.BASE + timedelta(days=int(claim.get("start") or 0))
+
+
+def _summary(name: str | None, context: Any) -> dict[str, Any]:
+    """What the host needs from a prompt's context (plain JSON)."""
+    if not isinstance(context, dict):
+        return {}
+    if name == "dedupe_nodes.nodes":
+        return {
+            "extracted": [
+                {"id": n.get("id"), "name": n.get("name")}
+                for n in context.get("extracted_nodes") or []
+            ],
+            "existing": [
+                {"candidate_id": n.get("candidate_id"), "name": n.get("name")}
+                for n in context.get("existing_nodes") or []
+            ],
+        }
+    if name == "dedupe_edges.resolve_edge":
+        return {
+            "new_edge": context.get("new_edge"),
+            "existing_edges": list(context.get("existing_edges") or []),
+            "invalidation_candidates": list(context.get("edge_invalidation_candidates") or []),
+        }
+    return {}
+
+
+def _empty(response_model: Any) -> dict[str, Any]:
+    """An answer for a prompt the host does not model: the schema's required lists empty."""
+    if response_model is None:
+        return {}
+    out: dict[str, Any] = {}
+    for name, field in getattr(response_model, "model_fields", {}).items():
+        if field.is_required():
+            out[name] = []
+    return out
+
+
+class _SyncClient:
+    """Stands in for kuzu.AsyncConnection: runs the statement at once, in the calling
+    thread (the agent's loop thread; the main thread when observing)."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+
+    async def execute(self, query: str, parameters: dict[str, Any] | None = None) -> Any:
+        return self.connection.execute(query, parameters=parameters or {})
+
+
+class Adapter:
+    """The in-environment half of the Graphiti adapter."""
+
+    is_async = True
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        self.root: str | None = None
+        import graphiti_core.graphiti_types as graphiti_types
+        import kuzu
+        from graphiti_core import Graphiti
+        from graphiti_core.cross_encoder.client import CrossEncoderClient
+        from graphiti_core.driver.driver import GraphProvider
+        from graphiti_core.driver.kuzu_driver import KuzuDriver
+        from graphiti_core.edges import EntityEdge
+        from graphiti_core.embedder.client import EmbedderClient
+        from graphiti_core.errors import GroupsEdgesNotFoundError
+        from graphiti_core.graph_queries import get_fulltext_indices
+        from graphiti_core.llm_client.client import LLMClient
+        from graphiti_core.llm_client.config import LLMConfig
+
+        self.version = importlib.metadata.version("graphiti-core")
+        self.kuzu = kuzu
+        self.Graphiti = Graphiti
+        self.KuzuDriver = KuzuDriver
+        self.EntityEdge = EntityEdge
+        self.GroupsEdgesNotFoundError = GroupsEdgesNotFoundError
+        self.fulltext = list(get_fulltext_indices(GraphProvider.KUZU))
+        ctl = controller
+        dims = 64
+
+        class Llm(LLMClient):  # type: ignore[misc]
+            async def _generate_response(self, *args: Any, **kw: Any) -> dict[str, Any]:
+                raise RuntimeError("toki.real: the stub LLM answers in generate_response")
+
+            async def generate_response(
+                self,
+                messages: Any,
+                response_model: Any = None,
+                max_tokens: Any = None,
+                model_size: Any = None,
+                group_id: Any = None,
+                prompt_name: str | None = None,
+                **kw: Any,
+            ) -> dict[str, Any]:
+                prompt = PROMPT.get() or {}
+                name = prompt_name or prompt.get("name") or "unknown"
+                detail = {
+                    "claim": CLAIM.get(),
+                    "prompt": name,
+                    **_summary(name, prompt.get("context")),
+                }
+                reply = await ctl.agate("llm", f"llm.{name}", detail)
+                return reply if isinstance(reply, dict) and reply else _empty(response_model)
+
+        class Embedder(EmbedderClient):  # type: ignore[misc]
+            async def create(self, input_data: Any) -> list[float]:
+                text = input_data if isinstance(input_data, str) else " ".join(map(str, input_data))
+                return stubs.embed(text, dims)
+
+            async def create_batch(self, input_data_list: list[str]) -> list[list[float]]:
+                return [stubs.embed(t, dims) for t in input_data_list]
+
+        class Ranker(CrossEncoderClient):  # type: ignore[misc]
+            async def rank(self, query: str, passages: list[str]) -> list[tuple[str, float]]:
+                return [(p, 1.0 - i / (len(passages) + 1)) for i, p in enumerate(passages)]
+
+        self.llm = Llm(LLMConfig(api_key="unused", model="toki-real-stub"), cache=False)
+        self.embedder = Embedder()
+        self.ranker = Ranker()
+
+        original = graphiti_types.generate_prompt_response
+
+        async def generate_prompt_response(
+            llm_client: Any, prompt_name: Any, legacy: Any, context: Any, **kw: Any
+        ) -> Any:
+            PROMPT.set({"name": str(prompt_name), "context": context})
+            try:
+                return await original(llm_client, prompt_name, legacy, context, **kw)
+            finally:
+                PROMPT.set(None)
+
+        execute = KuzuDriver.execute_query
+
+        async def execute_query(self: Any, cypher_query_: str, **kwargs: Any) -> Any:
+            write = bool(_WRITE.search(cypher_query_))
+            text = " ".join(cypher_query_.split())[:90]
+            await ctl.agate(
+                "graph",
+                "kuzu.write" if write else "kuzu.read",
+                {"query": text},
+                [GRAPH],
+                [GRAPH] if write else [],
+            )
+            return await execute(self, cypher_query_, **kwargs)
+
+        KuzuDriver.execute_query = execute_query
+        fake_uuid = types.SimpleNamespace(uuid4=stubs.uuid4, UUID=_uuid.UUID)
+        for name, module in list(sys.modules.items()):
+            if not name.startswith("graphiti_core") or module is None:
+                continue
+            if getattr(module, "generate_prompt_response", None) is original:
+                module.generate_prompt_response = generate_prompt_response  # type: ignore[attr-defined]
+            if hasattr(module, "utc_now"):
+                module.utc_now = self.now  # type: ignore[attr-defined]
+            if getattr(module, "uuid4", None) is _uuid.uuid4:
+                module.uuid4 = stubs.uuid4  # type: ignore[attr-defined]
+            if getattr(module, "uuid", None) is _uuid:
+                module.uuid = fake_uuid  # type: ignore[attr-defined]
+        self.graphiti: Any = None
+        self.driver: Any = None
+
+    def now(self) -> datetime:
+        """Graphiti's `utc_now`: a clock per agent (see the module docstring)."""
+        ctl = self.controller
+        agent = ctl.agent()
+        if agent is None:
+            return stubs.BASE
+        stream = f"clock/{agent}"
+        n = ctl.ids.get(stream, 0) + 1
+        ctl.ids[stream] = n
+        return stubs.BASE + timedelta(seconds=n, milliseconds=agent)
+
+    def describe(self) -> dict[str, Any]:
+        return {"library": "graphiti-core", "version": self.version}
+
+    def open(self, config: dict[str, Any]) -> None:
+        self.close()
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # Kuzu is deprecated upstream
+            driver = self.KuzuDriver(db=":memory:")
+        driver._database = GROUP  # 0.31.2: KuzuDriver never sets it
+        driver.client = _SyncClient(self.kuzu.Connection(driver.db))
+        for query in self.fulltext:  # 0.31.2: build_indices_and_constraints is a no-op
+            driver.client.connection.execute(query)
+        self.driver = driver
+        self.graphiti = self.Graphiti(
+            graph_driver=driver,
+            llm_client=self.llm,
+            embedder=self.embedder,
+            cross_encoder=self.ranker,
+        )
+
+    async def agent_main(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
+        out: list[Any] = []
+        for n, claim in enumerate(inbox):
+            self.controller.begin_claim(n)
+            CLAIM.set(claim)
+            try:
+                result = await self.graphiti.add_episode(
+                    name=f"claim {agent}.{n}",
+                    episode_body=episode_body(claim),
+                    source_description="toki workload",
+                    reference_time=reference_time(claim),
+                    group_id=GROUP,
+                )
+            except Exception as exc:  # an agent logs a failed add and goes on
+                out.append([f"error: {type(exc).__name__}: {exc}"])
+                continue
+            out.append(sorted([e.fact, e.invalid_at is not None] for e in result.edges))
+        return out
+
+    # -- reading through the library's own API -------------------------------------------
+
+    def _edges(self) -> list[dict[str, Any]]:
+        try:
+            edges = asyncio.run(self.EntityEdge.get_by_group_ids(self.driver, [GROUP]))
+        except self.GroupsEdgesNotFoundError:  # the library's answer for "no edges yet"
+            edges = []
+        rows = [
+            {
+                "uuid": e.uuid,
+                "fact": e.fact,
+                "valid_at": _iso(e.valid_at),
+                "invalid_at": _iso(e.invalid_at),
+                "expired_at": _iso(e.expired_at),
+                "episodes": len(e.episodes or []),
+            }
+            for e in edges
+        ]
+        rows.sort(key=lambda r: (str(r["valid_at"]), str(r["fact"]), str(r["uuid"])))
+        return rows
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"edges": self._edges()}
+
+    def observe(self) -> dict[str, Any]:
+        far = stubs.BASE + timedelta(days=36500)
+        episodes = asyncio.run(
+            self.graphiti.retrieve_episodes(reference_time=far, last_n=10_000, group_ids=[GROUP])
+        )
+        return {
+            "edges": self._edges(),
+            "episodes": [
+                {"name": e.name, "content": e.content, "valid_at": _iso(e.valid_at)}
+                for e in episodes
+            ],
+        }
+
+    def recover(self, config: dict[str, Any]) -> Any:
+        return None  # re-ingesting the stored episodes is run by the host (replay_inputs)
+
+    def on_crash(self, agent: int) -> None:
+        pass  # each Kuzu statement committed on its own: what ran stays, nothing is held
+
+    def close(self) -> None:
+        self.graphiti = None
+        self.driver = None
+
+
+def _iso(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return str(value.astimezone(UTC).isoformat())
+    return str(value)

@@ -1,0 +1,322 @@
+"""LangGraph's `BaseStore` (InMemoryStore, PostgresStore) and LangMem's memory store manager,
+every boundary gated. One worker module, three systems (config "mode"):
+
+* "store-memory" / "store-postgres": the application writes each claim with
+  `store.put((subject,), predicate, {"value": value})`. The PostgresStore runs on the local
+  server (config "dsn") in a schema of its own per run (`options=-csearch_path=...`), set up
+  with `.setup()` and dropped when the run is discarded.
+* "langmem": `create_memory_store_manager(model, namespace=("memories", "{user_id}"),
+  store=InMemoryStore(), enable_deletes=True)`; each claim is one conversation turn
+  "<key> is <value>" passed to `manager.invoke(..., config={"configurable": {"user_id":
+  subject}})`. Before that, the application keeps the turn in the store's ("threads",
+  subject) namespace, as a LangGraph checkpointer would keep the thread: LangMem stores no
+  inputs itself, and the model's recovery (re-run the manager over the thread with a fresh
+  LLM) assumes the application keeps them. The thread is listed by the store's created_at
+  (a clock ticked inside the gated put). The model is a small `BaseChatModel` whose
+  `bind_tools` binds the tools in OpenAI format and whose `_generate` is a gate point
+  answered by the host with tool calls (`Memory` inserts, `PatchDoc` JSON patches,
+  `RemoveDoc`), which trustcall applies.
+
+Gate points and footprints ("*": every key):
+
+  store.batch     per op: GetOp reads ("store", "<ns>#<key>"); PutOp (a delete is a PutOp
+                  with value None) writes it; SearchOp / ListNamespacesOp read ("store", "*")
+  llm.extract / llm.manage   none (the host answers from the workload's judge)
+
+Every get/put/search/delete passes through `Store.batch` (the research notes), so that one
+wrapper is the whole store boundary. Thread pools (langchain's `ContextThreadPoolExecutor`,
+LangGraph's background executor) run inline inside an agent, and uuid4 (LangMem's new
+memory ids, trustcall's message ids) draws from one stream per agent.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import contextvars
+import importlib.metadata
+import itertools
+import os
+import re
+import types
+import uuid as _uuid
+from typing import Any
+
+from . import stubs
+from .controller import Controller
+from .mem0 import _inline_pools
+
+__all__ = ["Adapter"]
+
+CLAIM: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "toki_real_langchain_claim", default=None
+)
+_INSTANCE = re.compile(r'<instance id=(\S+) schema_type="(\w+)">\s*(.*?)\s*</instance>', re.S)
+_SCHEMAS = itertools.count()
+
+
+class _StoreClock(stubs.GatedDatetime):
+    """InMemoryStore's clock (created_at / updated_at of a put): read inside the gated
+    batch, whose footprint declares the clock, so it ticks without parking."""
+
+    gated = False
+
+
+def subject_of(key: str) -> tuple[str, str]:
+    subject, _, predicate = key.partition(":")
+    return subject or "user", predicate or "value"
+
+
+def resource(namespace: Any, key: Any) -> str:
+    return "/".join(map(str, namespace)) + "#" + str(key)
+
+
+def _existing(messages: Any) -> list[dict[str, Any]]:
+    """The documents trustcall shows the model (`<instance id=... schema_type=...>`)."""
+    out = []
+    for message in messages:
+        for doc_id, kind, body in _INSTANCE.findall(str(getattr(message, "content", ""))):
+            try:
+                content = ast.literal_eval(body)
+            except (ValueError, SyntaxError):
+                content = body
+            if isinstance(content, dict):
+                content = content.get("content", content)
+            out.append({"id": doc_id, "kind": kind, "content": content})
+    return out
+
+
+class Adapter:
+    """The in-environment half of the LangGraph store and LangMem adapters."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
+        from langgraph.store.memory import InMemoryStore
+
+        self.versions = {
+            d: importlib.metadata.version(d)
+            for d in ("langgraph", "langgraph-checkpoint-postgres", "langmem")
+        }
+        self.InMemoryStore = InMemoryStore
+        ctl = controller
+
+        def footprint(ops: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+            reads, writes, detail = [], [], []
+            for op in ops:
+                if isinstance(op, GetOp):
+                    reads.append(("store", resource(op.namespace, op.key)))
+                    detail.append(["get", resource(op.namespace, op.key)])
+                elif isinstance(op, PutOp):
+                    writes.append(("store", resource(op.namespace, op.key)))
+                    what = "delete" if op.value is None else "put"
+                    detail.append([what, resource(op.namespace, op.key), op.value])
+                elif isinstance(op, SearchOp | ListNamespacesOp):
+                    reads.append(("store", "*"))
+                    prefix = getattr(op, "namespace_prefix", ())
+                    detail.append(["search", "/".join(map(str, prefix))])
+            return reads, writes, detail
+
+        def gate_batch(cls: Any, clock: bool) -> None:
+            original = cls.batch
+
+            def batch(self: Any, ops: Any) -> Any:
+                ops = list(ops)
+                reads, writes, detail = footprint(ops)
+                if clock and any(isinstance(op, PutOp) for op in ops):
+                    writes.append(("clock", None))  # the put stamps created_at (ticks)
+                ctl.gate("store", "store.batch", {"ops": detail}, reads, writes)
+                return original(self, ops)
+
+            cls.batch = batch
+
+        import langgraph.store.memory as memory_module
+
+        memory_module.datetime = _StoreClock
+        gate_batch(InMemoryStore, True)
+        try:
+            from langgraph.store.postgres import PostgresStore
+        except ImportError:  # pragma: no cover - the lock installs it
+            PostgresStore = None
+        self.PostgresStore = PostgresStore
+        if PostgresStore is not None:
+            gate_batch(PostgresStore, False)  # the server stamps its rows
+        _inline_pools()
+        fake_uuid = types.SimpleNamespace(**{**vars(_uuid), "uuid4": stubs.uuid4})
+        import langmem.knowledge.extraction as extraction
+        import trustcall._base as trustcall_base
+
+        extraction.uuid = fake_uuid
+        trustcall_base.uuid = fake_uuid
+        self.create_manager = extraction.create_memory_store_manager
+        self.chat = _chat_model(controller)
+        self.mode = "store-memory"
+        self.store: Any = None
+        self.manager: Any = None
+        self.stack = contextlib.ExitStack()
+        self.schema: str | None = None
+        self.dsn: str | None = None
+        self.subjects: list[str] = []
+
+    def describe(self) -> dict[str, Any]:
+        return {"library": "langgraph", "version": self.versions["langgraph"], **self.versions}
+
+    def open(self, config: dict[str, Any]) -> None:
+        self.close()
+        self.mode = str(config.get("mode") or "store-memory")
+        self.subjects = list(config.get("subjects") or ["user"])
+        if self.mode == "store-postgres":
+            self._open_postgres(str(config["dsn"]))
+        else:
+            self.store = self.InMemoryStore()
+        if self.mode == "langmem":
+            self.manager = self.create_manager(
+                self.chat,
+                namespace=("memories", "{user_id}"),
+                store=self.store,
+                enable_deletes=True,
+            )
+
+    def _open_postgres(self, dsn: str) -> None:
+        import psycopg
+
+        if self.PostgresStore is None:
+            raise RuntimeError("langgraph-checkpoint-postgres is not installed")
+        self.dsn = dsn
+        self.schema = f"toki_real_lg_{os.getpid()}_{next(_SCHEMAS)}"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+            conn.execute(f'CREATE SCHEMA "{self.schema}"')
+        sep = "&" if "?" in dsn else "?"
+        url = f"{dsn}{sep}options=-csearch_path%3D{self.schema}"
+        self.store = self.stack.enter_context(self.PostgresStore.from_conn_string(url))
+        self.store.setup()
+
+    def agent_main(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
+        out: list[Any] = []
+        for n, claim in enumerate(inbox):
+            self.controller.begin_claim(n)
+            CLAIM.set(claim)
+            subject, predicate = subject_of(str(claim["key"]))
+            try:
+                if self.mode == "langmem":
+                    # the application keeps the conversation (what a checkpointer would):
+                    # the input log the model's recovery re-runs the manager over
+                    self.store.put(
+                        ("threads", subject), f"{agent}.{n}", {"text": _text(claim), "claim": claim}
+                    )
+                    puts = self.manager.invoke(
+                        {"messages": [{"role": "user", "content": _text(claim)}]},
+                        config={"configurable": {"user_id": subject}},
+                    )
+                    out.append(sorted(_content(p["value"]) for p in puts))
+                else:
+                    self.store.put((subject,), predicate, {"value": claim["value"]})
+                    out.append("put")
+            except Exception as exc:  # an application logs a failed write and goes on
+                out.append(f"error: {type(exc).__name__}: {exc}")
+        return out
+
+    def _items(self) -> list[dict[str, Any]]:
+        rows = []
+        for subject in self.subjects:
+            namespace = ("memories", subject) if self.mode == "langmem" else (subject,)
+            for item in self.store.search(namespace, limit=10_000):
+                value = item.value
+                if self.mode == "langmem":
+                    rows.append({"subject": subject, "key": item.key, "text": _content(value)})
+                else:
+                    rows.append(
+                        {
+                            "subject": subject,
+                            "key": item.key,
+                            "value": value.get("value") if isinstance(value, dict) else value,
+                        }
+                    )
+        rows.sort(key=lambda r: (r["subject"], str(r["key"])))
+        return rows
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"items": self._items()}
+
+    def observe(self) -> dict[str, Any]:
+        if self.mode != "langmem":
+            return {"items": self._items()}
+        thread = [
+            item
+            for subject in self.subjects
+            for item in self.store.search(("threads", subject), limit=10_000)
+        ]
+        thread.sort(key=lambda i: (i.created_at, i.key))
+        return {"items": self._items(), "thread": [i.value["claim"] for i in thread]}
+
+    def recover(self, config: dict[str, Any]) -> Any:
+        return None  # neither keeps a log: what survives is the store's own rows
+
+    def on_crash(self, agent: int) -> None:
+        pass  # a batch runs whole inside its call: an abandoned agent holds nothing
+
+    def close(self) -> None:
+        self.stack.close()
+        self.stack = contextlib.ExitStack()
+        self.store = None
+        self.manager = None
+        if self.schema is not None and self.dsn is not None:
+            import psycopg
+
+            with contextlib.suppress(Exception), psycopg.connect(self.dsn, autocommit=True) as c:
+                c.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+        self.schema = None
+
+
+def _content(value: Any) -> str:
+    """A stored LangMem value {"kind", "content": {"content": text}} -> text."""
+    while isinstance(value, dict) and "content" in value:
+        value = value["content"]
+    return str(value)
+
+
+def _text(claim: dict[str, Any]) -> str:
+    return f"{claim['key']} is {claim['value']}"
+
+
+def _chat_model(controller: Controller) -> Any:
+    """A chat model for trustcall: `bind_tools` binds OpenAI-format tools (a
+    RunnableBinding, as trustcall expects), `_generate` parks at a gate point and turns the
+    host's reply {"tool_calls": [{"name", "args"}]} into an AIMessage."""
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    class GatedChat(BaseChatModel):  # type: ignore[misc]
+        @property
+        def _llm_type(self) -> str:
+            return "toki-real-stub"
+
+        def bind_tools(self, tools: Any, tool_choice: Any = None, **kw: Any) -> Any:
+            return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kw)
+
+        def _generate(
+            self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any
+        ) -> Any:
+            tools = [t["function"]["name"] for t in kw.get("tools") or []]
+            purpose = "manage" if "PatchDoc" in tools or "RemoveDoc" in tools else "extract"
+            if "PatchFunctionErrors" in tools or "PatchFunctionName" in tools:
+                purpose = "repair"
+            detail = {"claim": CLAIM.get(), "tools": tools, "existing": _existing(messages)}
+            reply = controller.gate("llm", f"llm.{purpose}", detail)
+            calls = []
+            for n, call in enumerate((reply or {}).get("tool_calls") or []):
+                calls.append(
+                    {
+                        "name": call["name"],
+                        "args": call["args"],
+                        "id": f"call_{n}",
+                        "type": "tool_call",
+                    }
+                )
+            message = AIMessage(content="" if calls else "nothing to record", tool_calls=calls)
+            return ChatResult(generations=[ChatGeneration(message=message)])
+
+    return GatedChat()
