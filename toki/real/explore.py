@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from toki.real.adapter import Picker, RealSystem
 from toki.real.checks import ANOMALIES, check_real
 from toki.real.driver import SerialCache, open_session, real_runs
+from toki.real.session import Session
 from toki.real.witness import RealWitness, explain_real, judge_to_json
 from toki.sim.explore import Stats, Strategy
 from toki.sim.workload import Workload
@@ -91,9 +93,11 @@ def explore_real(
     out: Path | None = None,
     gate_timeout: float = 60.0,
     progress: Callable[[int], None] | None = None,
+    session: Session | None = None,
 ) -> RealReport:
     """Run `strategy` on the real system for at most `budget` schedules; with `check`,
-    check N1/N2/N3 on each and keep the shortest witness of each anomaly (saved in `out`)."""
+    check N1/RD/N2/N3 on each and keep the shortest witness of each anomaly (saved in
+    `out`). `session`: a worker already open for the system (else one is started)."""
     report = RealReport(
         system.name,
         system.version,
@@ -108,7 +112,9 @@ def explore_real(
     states: set[str] = set()
     stats = Stats()
     t0 = time.perf_counter()
-    with open_session(system, gate_timeout=gate_timeout) as session:
+    with ExitStack() as stack:
+        if session is None:
+            session = stack.enter_context(open_session(system, gate_timeout=gate_timeout))
         report.version = report.version or str(session.info.get("version", ""))
         serial = SerialCache(system, session, workload, judge, seed)
         runs = real_runs(
