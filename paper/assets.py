@@ -368,6 +368,8 @@ def matrix(root: Path, m: Macros) -> Assets:
         return {"tab_matrix.tex": missing_block("Verdict matrix", cmd),
                 **_figure("fig_matrix", "Verdict-matrix figure", cmd, None)}
     rows = _csv_rows(text)
+    if rows and "kind" in rows[0]:  # real rows (toki matrix --real) have a table of their own
+        rows = [r for r in rows if r["kind"] != "real"] or rows
     if not {"system", "anomaly", "verdict", "faults"} <= set(rows[0]):
         m.missing(names, cmd)
         return {"tab_matrix.tex": _generic_table(rows),
@@ -660,8 +662,42 @@ def performance(root: Path, m: Macros) -> Assets:
 
 # --- driver --------------------------------------------------------------------------------
 
+def agreement(root: Path, m: Macros) -> Assets:
+    """Model verdicts against real verdicts (verdict_matrix/agreement.csv, `toki matrix
+    --real`): per real row, how many cells agree, and every disagreement with its resolution."""
+    cmd = "toki matrix --real"
+    names = ["RealRows", "RealCells", "RealAgree", "RealDisagree", "RealNotCompared",
+             "RealUnresolved"]
+    text = read(root, "verdict_matrix/agreement.csv")
+    if not text or not text.strip():
+        m.missing(names, cmd)
+        return {"tab_agreement.tex": missing_block("Model against real verdicts", cmd)}
+    rows = _csv_rows(text)
+    reals = list(dict.fromkeys((r["model"], r["real"], r["version"]) for r in rows))
+    m.set("RealRows", len(reals))
+    m.set("RealCells", len(rows))
+    for macro, value in (("RealAgree", "yes"), ("RealDisagree", "no"),
+                         ("RealNotCompared", "not compared")):
+        m.set(macro, sum(1 for r in rows if r["agree"] == value))
+    m.set("RealUnresolved", sum(1 for r in rows if r["resolution"] == "unresolved"))
+    body = []
+    for model, real, version in reals:
+        mine = [r for r in rows if r["real"] == real]
+        off = [f"{r['anomaly']} ({r['faults']}): {r['model_verdict']} / {r['real_verdict']}"
+               for r in mine if r["agree"] == "no"]
+        body.append([code(model), code(real), tex(version),
+                     str(sum(1 for r in mine if r["agree"] == "yes")),
+                     str(len(off)),
+                     str(sum(1 for r in mine if r["agree"] == "not compared")),
+                     tex("; ".join(off) or "none")])
+    return {"tab_agreement.tex": tabular(
+        "@{}lllrrrp{0.34\\linewidth}@{}",
+        ["model", "real row", "version", "agree", "differ", "n/c",
+         "disagreements (model / real verdict)"], body, r"\scriptsize")}
+
+
 PARTS: list[Callable[[Path, Macros], Assets]] = [
-    proofs, laws, mutants, calibration, matrix, pg_grid, locomo, performance,
+    proofs, laws, mutants, calibration, matrix, agreement, pg_grid, locomo, performance,
 ]
 
 

@@ -294,6 +294,8 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
             out=args.out,
             progress=bar.update,
             on_plan=on_plan,
+            real=args.real,
+            real_budget=args.real_budget,
         )
     rows = result.csv_rows()
     if args.json:
@@ -307,6 +309,11 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
                 f"n={r['runs']:>5} {r['mode']:10} {r['witness'] or full['reason']}"
             )
         print(f"wrote {args.out}/matrix.csv, .md, .tex, .png in {result.seconds:.1f} s")
+        if args.real:
+            print(f"wrote {args.out}/agreement.md, .csv")
+            for note in result.notes:
+                if note.startswith("real row missing"):
+                    print(note, file=sys.stderr)
     return 0
 
 
@@ -465,6 +472,11 @@ def _build_parser() -> argparse.ArgumentParser:
     mat.add_argument("--config", help="default: verdict_matrix/matrix.toml")
     mat.add_argument("--json", action="store_true", help="print the rows as JSON")
     mat.add_argument("--quiet", action="store_true", help="no progress bar")
+    mat.add_argument("--real", action="store_true",
+                     help="add the real libraries' rows (every system whose environment "
+                     "exists; `toki real setup all` creates them) and agreement.md/.csv")
+    mat.add_argument("--real-budget", default="real",
+                     help="matrix.toml budget for the real rows (default: [budgets.real])")
     mat.set_defaults(handler=_cmd_matrix)
 
     pgg = sub.add_parser("pg-grid", help="TOKI's operators on PostgreSQL beside the simulator")

@@ -675,8 +675,12 @@ def run_matrix(
     systems: Sequence[str] | None = None,
     progress: Callable[[int], None] | None = None,
     on_plan: Callable[[int], None] | None = None,
+    real: bool = False,
+    real_budget: str = "real",
 ) -> MatrixResult:
-    """Plan, run, decide and write every output file; returns the rows and task results."""
+    """Plan, run, decide and write every output file; returns the rows and task results.
+    With `real`, the real libraries' rows are added beside their model rows and the
+    agreement table is written (`toki.experiments.real_matrix`)."""
     from toki.experiments.executors import run_tasks
 
     config = load_config(config_path)
@@ -712,8 +716,14 @@ def run_matrix(
         decided, key=lambda r: (names.index(r["system"]), faults[r["faults"]], order[r["anomaly"]])
     ):
         rows.append({**r, **_identity(r["system"])})
-    seconds = time.perf_counter() - t0
     notes = same_model_notes(names)
+    if real:
+        from toki.experiments.real_matrix import add_real_rows
+
+        rows, notes = add_real_rows(
+            config, real_budget, rows, notes, folder, executor, workers, address, progress
+        )
+    seconds = time.perf_counter() - t0
     result = MatrixResult(rows, list(results), seconds, dict(config), budget, notes)
     write_outputs(result, folder)
     return result
