@@ -243,3 +243,31 @@ def test_notices_fetch_with_telemetry_on_is_refused_naming_mem0() -> None:
     with refused, open_session(system) as session:
         program, _ = real_program(system, session, scenario("manager"), SimJudge())
         run_plan(program, [(0, None, None), (1, None, None)])
+
+
+def test_history_lists_the_change_time_not_the_write_order(mem0_1: Session) -> None:
+    """Agent 0's ADD of Bob is parked before its history row while agent 1 updates Bob to
+    Carol and writes its UPDATE row: the rows are written UPDATE then ADD, but
+    `Memory.history` lists them by the change's time (ADD first), so re-applying them gives
+    the live Carol (no RD). The mem0 model re-applied rows in the order written and reported
+    RD here; it now lists them as mem0 does (this run is its witness)."""
+    from toki.systems.registry import get_system
+
+    judge = ScriptedJudge(default="UPDATE")
+    workload = scenario("manager")
+    rr = targeted(mem0_1, "mem0-1.0.11", workload, judge,
+                  [(0, "history.add", 0), (1, None, None), (0, None, None)])
+    written = [t["detail"]["event"] for t in rr.trace if t.get("point") == "history.add"]
+    assert written == ["UPDATE", "ADD"]
+    assert live(rr) == ["Carol"]
+    listed = next(iter(rr.observation["history_api"].values()))
+    assert [h["event"] for h in listed] == ["ADD", "UPDATE"]
+    assert not verdicts(mem0_1, "mem0-1.0.11", workload, judge, rr)["RD"].found
+    # the model, given the same rows in the order they were written
+    model = get_system("mem0-1.0.11")
+    rows = {("hist", 0): {"memory_id": "m", "key": "alice:manager", "old": "Bob", "new": "Carol",
+                          "event": "UPDATE", "ver": 1},
+            ("hist", 1): {"memory_id": "m", "key": "alice:manager", "old": None, "new": "Bob",
+                          "event": "ADD", "ver": 0}}
+    state = {**rows, ("mem", "alice:manager", "m"): {"value": "Carol", "ver": 1}}
+    assert model.recover(state, ["alice:manager"], judge)["alice:manager"]["value"] == "Carol"

@@ -155,7 +155,9 @@ def run_real_task(task: Mapping[str, Any]) -> dict[str, Any]:
 
         per_draw: list[list[RealReport]] = []
         outside: list[RealReport] = []
-        if "dpor" in task["strategies"]:
+        # a system whose DPOR can never finish (Graphiti: its async sibling tasks are
+        # released in a fixed order) is sampled straight away
+        if "dpor" in task["strategies"] and system.exhaustible:
             shared: RealReport | None = None
             for seed in task["draws"]:
                 if judge_free and shared is not None:

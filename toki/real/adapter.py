@@ -111,6 +111,7 @@ class RealSystem:
     simplified: tuple[str, ...] = ()
     crashes: str = "an agent abandoned between two gate points, the library's state as left"
     venv: str | None = None  # the environment it shares (by name); None: its own
+    exhaustible: bool = True  # False: DPOR can never finish (async sibling order fixed)
 
     @property
     def env_name(self) -> str:

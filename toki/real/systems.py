@@ -121,6 +121,7 @@ SYSTEMS["graphiti-0.31.2"] = RealSystem(
     lock="graphiti-0.31.2.txt",
     env={"GRAPHITI_TELEMETRY_ENABLED": "false"},
     model="graphiti",
+    exhaustible=False,
     intercepted=(
         "LLM: LLMClient.generate_response (every prompt: extract_nodes, dedupe_nodes, "
         "extract_edges, dedupe_edges.resolve_edge), an awaitable gate point per call",

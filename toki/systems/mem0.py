@@ -94,7 +94,15 @@ class _Mem0Base(SystemModel):
 
     @staticmethod
     def _history_rows(state: State) -> list[dict[str, Any]]:
-        return [v for _, v in sorted(rows_of(state, "hist"), key=lambda kv: kv[0][1])]
+        """The history table as `Memory.history(id)` lists each memory's rows: by created_at,
+        then updated_at, i.e. by the time of the change (read before the vector write), not
+        by when the row was written: the real 1.0.11 writes an ADD row after another
+        writer's UPDATE of that memory has written its own (tests/real/test_mem0.py). The
+        change's time is the point's version (`ver`: 0 at ADD, +1 per UPDATE or DELETE);
+        changes made from the same version (a forked history) keep the order written."""
+        rows = sorted(rows_of(state, "hist"), key=lambda kv: kv[0][1])
+        listed = sorted(rows, key=lambda kv: (str(kv[1]["memory_id"]), kv[1].get("ver", 0)))
+        return [v for _, v in listed]
 
 
 class Mem0Judge(_Mem0Base):
@@ -133,8 +141,9 @@ class Mem0Judge(_Mem0Base):
         "are separate autocommit stores (read committed per statement)",
         "idempotency on retry": "none: a retried add() re-runs both LLM calls on the changed "
         "store; `hash` is stored but not used for dedup",
-        "recovery": "re-apply the history table in created_at order (the only record of "
-        "decisions; text only)",
+        "recovery": "re-apply each memory's history rows as Memory.history lists them "
+        "(created_at, then updated_at: the change's time, read before the vector write; the "
+        "only record of decisions; text only)",
         "judge sees": "the top-k points of the same user scope (ids remapped to 0,1,…)",
     }
     simplifies: ClassVar[tuple[str, ...]] = (
@@ -143,6 +152,9 @@ class Mem0Judge(_Mem0Base):
         "the judge's verdict per claim: UPDATE (probability p) else NONE/ADD/DELETE+ADD",
         "NONE's session-id rewrite, graph memory, metadata and reset() are not modelled",
         "sync Memory: actions applied in order (AsyncMemory's concurrent tasks not modelled)",
+        "a history row's time is the memory's version (0 at ADD, +1 per change): two "
+        "changes made from the same version keep the order their rows were written, where "
+        "the real clock orders them by when each read it",
     )
 
     def _add(self, c: SimClaim, ctx: AgentContext, new_id: Any) -> Agent:
@@ -174,30 +186,32 @@ class Mem0Judge(_Mem0Base):
         for event, mid in actions:
             if event == "ADD":
                 m = str(new_id())
-                point = {"value": c.value, "text": f"{c.key} is {c.value}"}
+                point = {"value": c.value, "text": f"{c.key} is {c.value}", "ver": 0}
                 yield from one(Write(("mem", c.key, m), point))
-                yield from _history(c.key, m, "ADD", None, c.value)
+                yield from _history(c.key, m, "ADD", None, c.value, ver=0)
             elif event == "UPDATE" and mid is not None:
                 prev = yield from one(Read(("mem", c.key, mid)))
                 if prev is None:  # vector_store.get finds nothing: error logged, skipped
                     continue
-                point = {"value": c.value, "text": f"{c.key} is {c.value}"}
+                ver = int(prev.get("ver", 0)) + 1  # updated_at: read after the get
+                point = {"value": c.value, "text": f"{c.key} is {c.value}", "ver": ver}
                 yield from one(Write(("mem", c.key, mid), point))  # upsert
-                yield from _history(c.key, mid, "UPDATE", prev["value"], c.value)
+                yield from _history(c.key, mid, "UPDATE", prev["value"], c.value, ver=ver)
             elif event == "DELETE" and mid is not None:
                 prev = yield from one(Read(("mem", c.key, mid)))
                 if prev is None:
                     continue
+                ver = int(prev.get("ver", 0)) + 1
                 yield from one(Delete(("mem", c.key, mid)))
-                yield from _history(c.key, mid, "DELETE", prev["value"], None)
+                yield from _history(c.key, mid, "DELETE", prev["value"], None, ver=ver)
         return "ok"
 
     def beliefs(self, state: State, keys: Iterable[str]) -> Beliefs:
         return {k: belief_entry(v["value"] for _, v in rows_of(state, "mem", k)) for k in keys}
 
     def recover(self, state: State, keys: Iterable[str], judge: SimJudge) -> Beliefs:
-        """Re-apply the history rows in order: ADD/UPDATE set the point's text, DELETE
-        removes it. No LLM is called (the judge is unused)."""
+        """Re-apply each memory's history rows in the order `Memory.history` lists them:
+        ADD/UPDATE set the point's text, DELETE removes it. No LLM is called."""
         points: dict[tuple[str, str], str] = {}
         for h in self._history_rows(state):
             ident = (h["key"], h["memory_id"])
