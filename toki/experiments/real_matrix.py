@@ -61,14 +61,25 @@ NEGATIVE = ("excludes", "not found")
 # Every disagreement between a model cell and its real cell, explained: (real system,
 # anomaly) -> why. "*" matches any anomaly. Written after investigating the real witness.
 RESOLUTIONS: dict[tuple[str, str], str] = {
-    ("toki-memory", "RD"): (
+    ("mem0-1.0.11", "RD"): (
+        "A stated simplification of the model: it writes a FAISS `update` as one atomic "
+        "upsert, while mem0's FAISS store deletes the point and inserts it again (two steps, "
+        "docs/real.md). The real witness (duplicate-delivery) has two updates of one memory "
+        "interleave inside their delete/insert pairs, so the point written last is the one "
+        "whose clock read came first; `Memory.history` lists the rows by that time and "
+        "re-applies the other value. The model's own ordering defect (rows re-applied in the "
+        "order written, which made it report RD where the library does not) was corrected "
+        "with a real run as its test."
+    ),
+    ("toki-memory", "*"): (
         "A bug in toki's in-process store, not in the model: the `toki` model serialises "
         "each claim's read-judge-append under the store's write lock, as the SQLite and "
         "PostgreSQL stores do (and `toki-sqlite (real)` agrees), but the in-process store's "
         "write lock is a no-op, so one Memory shared by threads lets a writer fold another's "
-        "uncommitted events and append out of sequence; reopening refuses the log "
-        "(tests/real/test_toki_memory.py, docs/real.md). The model describes the intended "
-        "design; the real row shows the in-process store does not meet it."
+        "uncommitted events and append out of sequence: reopening refuses the log (RD), a "
+        "fresh judge then re-adjudicates differently (N1), and the live state is no serial "
+        "one (N2) (tests/real/test_toki_memory.py, docs/real.md). The model describes the "
+        "intended design; the real row shows the in-process store does not meet it."
     ),
 }
 
@@ -432,7 +443,9 @@ def resolution(real: str, anomaly: str) -> str:
     return RESOLUTIONS.get((real, anomaly)) or RESOLUTIONS.get((real, "*")) or ""
 
 
-def agreement(rows: Sequence[Mapping[str, Any]], pairs: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+def agreement(
+    rows: Sequence[Mapping[str, Any]], pairs: Sequence[tuple[str, str]]
+) -> list[dict[str, str]]:
     """Cell by cell: each real cell beside its model cell."""
     at = {(r["system"], r["faults"], r["anomaly"]): r for r in rows}
     out = []

@@ -152,6 +152,8 @@ class Mem0Judge(_Mem0Base):
         "the judge's verdict per claim: UPDATE (probability p) else NONE/ADD/DELETE+ADD",
         "NONE's session-id rewrite, graph memory, metadata and reset() are not modelled",
         "sync Memory: actions applied in order (AsyncMemory's concurrent tasks not modelled)",
+        "FAISS update is one atomic upsert (mem0's FAISS store deletes, then inserts: "
+        "two concurrent updates can land in the reverse order of their times)",
         "a history row's time is the memory's version (0 at ADD, +1 per change): two "
         "changes made from the same version keep the order their rows were written, where "
         "the real clock orders them by when each read it",
