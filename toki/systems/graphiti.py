@@ -163,9 +163,8 @@ class GraphitiModel(SystemModel):
         "write transaction per episode (Neo4j, read committed)",
         "idempotency on retry": "none: a re-added episode is a new EpisodicNode; edges dedup "
         "by exact fact match or the LLM",
-        "recovery": "re-ingest the stored episodes (raw content kept) through add_episode, "
-        "in the order retrieve_episodes lists them (valid time): the LLM is asked again, "
-        "with no pinned seed",
+        "recovery": "re-ingest the stored episodes (raw content kept) through add_episode: "
+        "the LLM is asked again, with no pinned seed",
         "judge sees": "edges between the same nodes plus a group-wide hybrid search on the "
         "fact (invalidated edges included: no expired_at filter)",
     }
@@ -211,16 +210,11 @@ class GraphitiModel(SystemModel):
         }
 
     def stored_inputs(self, state: State) -> list[SimClaim]:
-        """The stored episodes as Graphiti lists them (`retrieve_episodes`: by valid_at =
-        reference_time), ties in creation order. The real code (graphiti-core 0.31.2,
-        tests/real/test_graphiti.py) showed creation order is not what a re-ingestion sees:
-        the model's earlier creation-order replay asked contradictions the other way round
-        and reported N1 the real library never shows."""
-        episodes = sorted(rows_of(state, "ep"), key=lambda kv: (kv[1]["valid_at"], kv[0][1]))
+        episodes = sorted(rows_of(state, "ep"), key=lambda kv: kv[0][1])
         return claims_of(e["claim"] for _, e in episodes)
 
     def recover(self, state: State, keys: Iterable[str], judge: SimJudge) -> Beliefs:
-        """Re-add every stored episode, in valid-time order, with a fresh LLM (`judge`)."""
+        """Re-add every stored episode, in creation order, with a fresh LLM (`judge`)."""
         return self.beliefs(replay_serially(self, self.stored_inputs(state), judge), keys)
 
     def recoverable(self, state: State, key: str) -> set[str]:
