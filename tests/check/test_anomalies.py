@@ -222,7 +222,10 @@ def test_serial_orders_are_the_merges_of_the_agents_orders(lengths: list[int]) -
     assert whole == (expected <= 1) and len(sample) == 1
 
 
-@pytest.mark.parametrize("name", ["toki-ewm-nolog", "graphiti", "mem0-1.0.11", "zep", "letta"])
+# (mem0-1.0.11 left this list when its model was corrected against the real library: mem0
+# lists a memory's history rows by the change's time, so without faults its recovery no
+# longer diverges on this workload; tests/real/test_mem0.py has the real witness)
+@pytest.mark.parametrize("name", ["toki-ewm-nolog", "graphiti", "zep", "letta"])
 def test_n1_and_rd_split_what_recovery_changes(name: str) -> None:
     """N1 (fresh judge vs pinned judge) or RD (pinned judge vs live) holds whenever the
     recovery with a fresh judge differs from the live state (what N1 meant before the split);
