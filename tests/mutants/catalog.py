@@ -275,9 +275,9 @@ def _segment_history(mem: Memory, revoke_by_id: bool) -> list[tuple[str, FactKey
         source_id="m2",
     )
     if revoke_by_id:  # the defect: only the remembered id, not the piece that holds it now
-        import toki.memory as memory_module
+        import toki.lifecycle as lifecycle_module
 
-        with _patched(memory_module, "_derived_pieces", lambda state, root: [root.id]):
+        with _patched(lifecycle_module, "_derived_pieces", lambda state, root: [root.id]):
             mem.revoke(berlin, recorded_at="2026-11-21T00:00:00Z", reason="never lived there")
     else:
         mem.revoke(berlin, recorded_at="2026-11-21T00:00:00Z", reason="never lived there")
@@ -302,9 +302,9 @@ def _projection_mutant() -> Result:
     def script(mem: Memory, skip_after_revoke: bool) -> None:
         v = mem.assert_fact(K, "Berlin", recorded_at="2026-09-02T00:00:00Z", source_id="m1")
         if skip_after_revoke:
-            import toki.memory as memory_module
+            import toki.memory_base as memory_base_module
 
-            with _patched(memory_module, "rows_for", stale_rows):
+            with _patched(memory_base_module, "rows_for", stale_rows):
                 mem.revoke(v, recorded_at="2026-09-03T00:00:00Z", reason="wrong")
         else:
             mem.revoke(v, recorded_at="2026-09-03T00:00:00Z", reason="wrong")

@@ -48,7 +48,7 @@ class TokiModel(SystemModel):
     title: ClassVar[str] = "TOKI"
     release: ClassVar[str] = "toki 0.1 (this repository)"
     sources: ClassVar[tuple[str, ...]] = (
-        "toki/memory.py: Memory.write (the write path)",
+        "toki/write.py: Memory.write (the write path)",
         "toki/algebra/lww.py, ewm.py, await_.py, rule.py: the operators",
         "../shared/research/toki.md: the TOKI paper's write path and dual-row schema",
     )
