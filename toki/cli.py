@@ -182,8 +182,10 @@ def _cmd_relay(args: argparse.Namespace) -> int:
         for r in reports:
             causes = ", ".join(f"{c.removesuffix('_rows')} {r[c]}" for c in CAUSES)
             more = "" if r["complete"] else "+ (budget reached)"
-            print(f"{r['level']:17} {r['schedules']}{more} schedules, {r['flagged']} lose or "
-                  f"invent history ({causes})")
+            print(
+                f"{r['level']:17} {r['schedules']}{more} schedules, {r['flagged']} lose or "
+                f"invent history ({causes})"
+            )
             if r["shortest_flagged"] is not None:
                 print(f"{'':17} shortest: {r['shortest_flagged']}")
     return 1 if args.fail_on_flagged and any(r["flagged"] for r in reports) else 0
@@ -195,8 +197,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from toki.history import detect_format
 
     fmt = args.format if args.format != "auto" else detect_format(args.file)
-    models = [m for spec in args.consistency_model or ["strict-serializable"]
-              for m in spec.split(",") if m.strip()]
+    models = [
+        m
+        for spec in args.consistency_model or ["strict-serializable"]
+        for m in spec.split(",")
+        if m.strip()
+    ]
     extra = [a for spec in args.anomalies or [] for a in spec.split(",") if a.strip()]
     options = {
         "wfr_keys": args.wfr_keys,
@@ -217,13 +223,24 @@ def _cmd_check(args: argparse.Namespace) -> int:
         )
     v = verdict(history, models=models, anomalies=extra, **options)
     if args.json:
-        _print_json({"file": args.file, "format": fmt, "transactions": len(history.txns),
-                     **v.to_json()})
+        _print_json(
+            {"file": args.file, "format": fmt, "transactions": len(history.txns), **v.to_json()}
+        )
     else:
-        graphs = " + ".join(["ww/wr/rw", *(n for n, on in (("process", v.process_edges),
-                                                          ("realtime", v.realtime_edges)) if on)])
-        print(f"{args.file}: {fmt}, {v.workload}, {len(history.txns):,} transactions; "
-              f"checked for {', '.join(v.models)} ({graphs})")
+        graphs = " + ".join(
+            [
+                "ww/wr/rw",
+                *(
+                    n
+                    for n, on in (("process", v.process_edges), ("realtime", v.realtime_edges))
+                    if on
+                ),
+            ]
+        )
+        print(
+            f"{args.file}: {fmt}, {v.workload}, {len(history.txns):,} transactions; "
+            f"checked for {', '.join(v.models)} ({graphs})"
+        )
         print(v.render(args.limit))
     return _exit_code(v.valid)
 
@@ -238,8 +255,7 @@ def _check_toki(
     from toki.check.runner import check_history_file
     from toki.history import read_history
 
-    result = check_history_file(read_history(args.file), models=models, anomalies=extra,
-                                **options)
+    result = check_history_file(read_history(args.file), models=models, anomalies=extra, **options)
     if args.json:
         _print_json(result)
     else:
@@ -381,10 +397,18 @@ def _build_parser() -> argparse.ArgumentParser:
         default=",".join(f"{0.05 * i:.2f}" for i in range(1, 20)),
         help="comma-separated probabilities (default 0.05,...,0.95)",
     )
-    cal.add_argument("--runs", type=int, default=5000,
-                     help="runs per unlogged cell (default 5000: noise MAD about 0.005)")
-    cal.add_argument("--logged-runs", type=int, default=200,
-                     help="runs per keyed-log cell, a check (default 200)")
+    cal.add_argument(
+        "--runs",
+        type=int,
+        default=5000,
+        help="runs per unlogged cell (default 5000: noise MAD about 0.005)",
+    )
+    cal.add_argument(
+        "--logged-runs",
+        type=int,
+        default=200,
+        help="runs per keyed-log cell, a check (default 200)",
+    )
     cal.add_argument("--workers", type=int, help="worker processes (default: all cores)")
     cal.add_argument("--seed", type=int, default=0)
     cal.add_argument("--out", default="verdict_matrix", help="folder for the csv and png")
@@ -420,13 +444,24 @@ def _build_parser() -> argparse.ArgumentParser:
     rel.add_argument("--failures", type=int, default=1, help="scheduled delivery failures")
     rel.add_argument("--crashes", type=int, default=1, help="crashes per process")
     rel.add_argument("--no-writer", action="store_true", help="a filled outbox, no writer")
-    rel.add_argument("--knowledge", default="source", choices=["source", "relay"],
-                     help="'relay' plants the relay-clock mistake")
-    rel.add_argument("--on-failure", default="stop", choices=["stop", "skip"],
-                     help="'skip' plants the carry-on mistake")
+    rel.add_argument(
+        "--knowledge",
+        default="source",
+        choices=["source", "relay"],
+        help="'relay' plants the relay-clock mistake",
+    )
+    rel.add_argument(
+        "--on-failure",
+        default="stop",
+        choices=["stop", "skip"],
+        help="'skip' plants the carry-on mistake",
+    )
     rel.add_argument("--budget", type=int, default=1_000_000, help="maximum schedules per level")
-    rel.add_argument("--fail-on-flagged", action="store_true",
-                     help="exit 1 when a schedule loses or invents history")
+    rel.add_argument(
+        "--fail-on-flagged",
+        action="store_true",
+        help="exit 1 when a schedule loses or invents history",
+    )
     rel.add_argument("--json", action="store_true")
     rel.add_argument("--quiet", action="store_true")
     rel.set_defaults(handler=_cmd_relay)
@@ -439,21 +474,45 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     chk.add_argument("file")
     chk.add_argument("--format", default="auto", choices=["auto", "toki", "elle-edn", "elle-json"])
-    chk.add_argument("--workload", default="auto", choices=["auto", "list-append", "rw-register"],
-                     help="refuse a history of another workload (default: detect)")
-    chk.add_argument("--consistency-model", action="append", metavar="MODEL",
-                     help="Elle's model names, repeatable or comma-separated "
-                     "(default strict-serializable)")
-    chk.add_argument("--anomalies", action="append", metavar="TYPES",
-                     help="extra anomaly types that must not occur (Elle's names)")
-    chk.add_argument("--sequential-keys", action="store_true",
-                     help="registers: infer version orders from each process's order")
-    chk.add_argument("--linearizable-keys", action="store_true",
-                     help="registers: infer version orders from real-time order")
-    chk.add_argument("--wfr-keys", action="store_true",
-                     help="registers: a txn's writes follow its reads of the same key")
-    chk.add_argument("--search-budget", type=int, default=2_000_000,
-                     help="edge relaxations per cycle type and component")
+    chk.add_argument(
+        "--workload",
+        default="auto",
+        choices=["auto", "list-append", "rw-register"],
+        help="refuse a history of another workload (default: detect)",
+    )
+    chk.add_argument(
+        "--consistency-model",
+        action="append",
+        metavar="MODEL",
+        help="Elle's model names, repeatable or comma-separated (default strict-serializable)",
+    )
+    chk.add_argument(
+        "--anomalies",
+        action="append",
+        metavar="TYPES",
+        help="extra anomaly types that must not occur (Elle's names)",
+    )
+    chk.add_argument(
+        "--sequential-keys",
+        action="store_true",
+        help="registers: infer version orders from each process's order",
+    )
+    chk.add_argument(
+        "--linearizable-keys",
+        action="store_true",
+        help="registers: infer version orders from real-time order",
+    )
+    chk.add_argument(
+        "--wfr-keys",
+        action="store_true",
+        help="registers: a txn's writes follow its reads of the same key",
+    )
+    chk.add_argument(
+        "--search-budget",
+        type=int,
+        default=2_000_000,
+        help="edge relaxations per cycle type and component",
+    )
     chk.add_argument("--limit", type=int, default=10, help="anomalies shown per type")
     chk.add_argument("--json", action="store_true")
     chk.set_defaults(handler=_cmd_check)
@@ -472,11 +531,17 @@ def _build_parser() -> argparse.ArgumentParser:
     mat.add_argument("--config", help="default: verdict_matrix/matrix.toml")
     mat.add_argument("--json", action="store_true", help="print the rows as JSON")
     mat.add_argument("--quiet", action="store_true", help="no progress bar")
-    mat.add_argument("--real", action="store_true",
-                     help="add the real libraries' rows (every system whose environment "
-                     "exists; `toki real setup all` creates them) and agreement.md/.csv")
-    mat.add_argument("--real-budget", default="real",
-                     help="matrix.toml budget for the real rows (default: [budgets.real])")
+    mat.add_argument(
+        "--real",
+        action="store_true",
+        help="add the real libraries' rows (every system whose environment "
+        "exists; `toki real setup all` creates them) and agreement.md/.csv",
+    )
+    mat.add_argument(
+        "--real-budget",
+        default="real",
+        help="matrix.toml budget for the real rows (default: [budgets.real])",
+    )
     mat.set_defaults(handler=_cmd_matrix)
 
     pgg = sub.add_parser("pg-grid", help="TOKI's operators on PostgreSQL beside the simulator")

@@ -28,6 +28,7 @@ from toki.model import (
     FactVersion,
     Lifecycle,
 )
+from toki.partition import Partition
 from toki.replay import KeyState
 from toki.time import BoundSource, Interval, TimeLike, format_instant, parse_instant
 from toki.write import WritePath
@@ -67,14 +68,14 @@ class LifecycleOps(WritePath):
             key, value, valid, recorded, source_id, source_hash, None, weight
         )
 
-        def build() -> list[Event]:
-            if self._snapshot.version(version.id) is not None:
+        def build(p: Partition) -> list[Event]:
+            if p.version(version.id) is not None:
                 return []  # duplicate delivery: no-op
             pending: list[Event] = []
-            self._assert_events(version, pending)
+            self._assert_events(p, version, pending)
             return pending
 
-        self._write(build)
+        self._write([version.key], build)
         return version
 
     def supersede(
@@ -93,10 +94,11 @@ class LifecycleOps(WritePath):
         recorded = self._recorded(recorded_at)
         valid = self._interval(valid_from, valid_to, recorded, None, None)
         made: list[FactVersion] = []
+        key = self._key_of(old, "old")
 
-        def build() -> list[Event]:
-            prior = self._resolve_ref(old, "old")
-            state = self._state(prior.key)
+        def build(p: Partition) -> list[Event]:
+            prior = p.resolve(old, "old")
+            state = p.state(prior.key)
             assert state is not None
             self._check_standing(state, prior, "supersede")
             if recorded < prior.recorded_at:
@@ -117,14 +119,14 @@ class LifecycleOps(WritePath):
             version = self._new_version(
                 prior.key, value, valid, recorded, source_id, source_hash, prior.id, weight
             )
-            made.append(version)
-            if self._snapshot.version(version.id) is not None:
+            made[:] = [version]
+            if p.version(version.id) is not None:
                 return []  # duplicate delivery: no-op
             pending: list[Event] = []
-            self._assert_events(version, pending)
+            self._assert_events(p, version, pending)
             closes = None if valid.start is None else format_instant(valid.start)
             pending.append(
-                self._log.new(
+                p.new(
                     EventKind.SUPERSEDE,
                     prior.key,
                     recorded,
@@ -135,7 +137,7 @@ class LifecycleOps(WritePath):
             )
             return pending
 
-        self._write(build)
+        self._write([key], build)
         return made[0]
 
     def revoke(
@@ -151,9 +153,11 @@ class LifecycleOps(WritePath):
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidInput("reason", "must be a non-empty string", "say why it was wrong")
 
-        def build() -> list[Event]:
-            target = self._resolve_ref(version)
-            state = self._state(target.key)
+        key = self._key_of(version)
+
+        def build(p: Partition) -> list[Event]:
+            target = p.resolve(version)
+            state = p.state(target.key)
             assert state is not None
             if state.is_revoked(target.id):
                 raise LifecycleError(f"version: {target.id} is already revoked")
@@ -168,7 +172,7 @@ class LifecycleOps(WritePath):
             for vid in _derived_pieces(state, target):
                 if not state.is_revoked(vid):
                     pending.append(
-                        self._log.new(
+                        p.new(
                             EventKind.REVOKE,
                             target.key,
                             recorded,
@@ -179,7 +183,7 @@ class LifecycleOps(WritePath):
                     )
             return pending
 
-        self._write(build)
+        self._write([key], build)
 
     def revoke_value(
         self,
@@ -233,10 +237,10 @@ class LifecycleOps(WritePath):
             key, value, valid, recorded, source_id, source_hash, None, weight
         )
 
-        def build() -> list[Event]:
-            if self._snapshot.version(middle.id) is not None:
+        def build(p: Partition) -> list[Event]:
+            if p.version(middle.id) is not None:
                 return []
-            state = self._state(key)
+            state = p.state(key)
             pending: list[Event] = []
             splits: list[tuple[FactVersion, list[FactVersion]]] = []
             if state is not None:
@@ -269,14 +273,14 @@ class LifecycleOps(WritePath):
                         pieces.append(self._piece(other, right, recorded))
                     splits.append((other, pieces))
             split_ids = frozenset(o.id for o, _ in splits)
-            self._assert_events(middle, pending, exclude=split_ids)
+            self._assert_events(p, middle, pending, exclude=split_ids)
             for other, pieces in splits:
                 for piece in pieces:
-                    if self._snapshot.version(piece.id) is None:
-                        self._assert_events(piece, pending, exclude=split_ids | {middle.id})
+                    if p.version(piece.id) is None:
+                        self._assert_events(p, piece, pending, exclude=split_ids | {middle.id})
                 new_ids = [p.id for p in pieces] + [middle.id]
                 pending.append(
-                    self._log.new(
+                    p.new(
                         EventKind.SUPERSEDE,
                         key,
                         recorded,
@@ -287,12 +291,23 @@ class LifecycleOps(WritePath):
                 )
             return pending
 
-        self._write(build)
+        self._write([key], build)
         return middle
 
-    def _hold(self, token: str) -> tuple[KeyState, dict[str, Any]]:
+    def _hold_key(self, token: str) -> FactKey:
+        """The key a HOLD token was issued on (catch up once if this Memory has not seen it)."""
         key = self._snapshot.holds.get(token) if isinstance(token, str) else None
-        state = None if key is None else self._state(key)
+        if key is None and isinstance(token, str):
+            self.refresh()
+            key = self._snapshot.holds.get(token)
+        if key is None:
+            raise UnknownProposal(
+                f"token: no held decision has token {token!r} (use Decision.token from write)"
+            )
+        return key
+
+    def _hold(self, p: Partition, key: FactKey, token: str) -> tuple[KeyState, dict[str, Any]]:
+        state = p.state(key)
         if state is None:
             raise UnknownProposal(
                 f"token: no held decision has token {token!r} (use Decision.token from write)"
@@ -314,9 +329,11 @@ class LifecycleOps(WritePath):
     def _settle(self, token: str, accept: bool, recorded_at: TimeLike | None) -> bool:
         recorded = self._recorded(recorded_at)
         done: list[bool] = []
+        key = self._hold_key(token)
 
-        def build() -> list[Event]:
-            state, body = self._hold(token)
+        def build(p: Partition) -> list[Event]:
+            done.clear()
+            state, body = self._hold(p, key, token)
             prov = body["provenance"]
             inputs = list(prov["inputs"])
             claim_id = str(body["claim"])
@@ -326,7 +343,7 @@ class LifecycleOps(WritePath):
             pending: list[Event] = []
             if accept:
                 pending.append(
-                    self._log.new(
+                    p.new(
                         EventKind.CONFIRM,
                         state.key,
                         recorded,
@@ -341,10 +358,10 @@ class LifecycleOps(WritePath):
                     Provenance.from_json(prov),
                     (claim_id, *others),
                 )
-                self._close_losers(state.key, decision, recorded, pending, reason="AWAIT")
+                self._close_losers(p, state.key, decision, recorded, pending, reason="AWAIT")
             else:
                 pending.append(
-                    self._log.new(
+                    p.new(
                         EventKind.REVOKE,
                         state.key,
                         recorded,
@@ -356,7 +373,7 @@ class LifecycleOps(WritePath):
                 pair = tuple(sorted((claim_id, other)))
                 if pair in state.conflicts_opened and pair not in state.conflicts_resolved:
                     pending.append(
-                        self._log.new(
+                        p.new(
                             EventKind.CONFLICT_RESOLVE,
                             state.key,
                             recorded,
@@ -374,7 +391,7 @@ class LifecycleOps(WritePath):
             done.append(True)
             return pending
 
-        self._write(build)
+        self._write([key], build)
         return bool(done)
 
     def readjudicate(

@@ -9,7 +9,9 @@ of the log (and `reconcile` checks it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,13 +31,14 @@ from toki.model import (
     Lifecycle,
 )
 from toki.model import source_hash_of as _source_hash_of
-from toki.projection import ReconcileReport, reconcile, rows_for
-from toki.replay import KeyState, Snapshot
+from toki.partition import Partition
+from toki.projection import ReconcileReport, reconcile
+from toki.replay import KeyState, KeySummary, Snapshot, replay
 from toki.store.base import EventStore
 from toki.store.memory import InMemoryStore
 from toki.time import BoundSource, Interval, TimeLike, parse_instant
 
-__all__ = ["POLICY_SUBJECT", "UNKNOWN", "Clock", "MemoryBase", "VersionRef"]
+__all__ = ["POLICY_SUBJECT", "UNKNOWN", "Clock", "MemoryBase", "VersionRef", "WriteStats"]
 
 POLICY_SUBJECT = "__toki_policy__"
 """Reserved subject under which RULE policies are logged (one key per tenant and fact_key)."""
@@ -60,6 +63,14 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True, slots=True)
+class WriteStats:
+    """Counters of a Memory's writes (the product grid reports retries)."""
+
+    writes: int
+    retries: int
+
+
 class MemoryBase:
     """Shared state and helpers of the `Memory` facade (see toki/memory.py)."""
 
@@ -68,41 +79,67 @@ class MemoryBase:
         store: EventStore | None = None,
         *,
         clock: Clock | None = None,
-        isolation: Isolation = Isolation.SERIALIZABLE,
+        isolation: Isolation | None = None,
     ) -> None:
-        """isolation: the level this store's writes run at. A Memory serialises its writes
-        under one writer lock, so SERIALIZABLE is the truth; a weaker level is for
-        experiments that want operators' preconditions checked against it."""
+        """isolation: the level writes run at. None: on PostgreSQL each write runs at its
+        operator's declared level; the in-memory and SQLite stores have one writer at a time,
+        so their writes are serial (SERIALIZABLE). An explicit level is the level actually
+        run; one below an operator's requirement is refused unless the write passes
+        allow_weaker_isolation=True (an experiment), and then it really runs at that level."""
         self._store: EventStore = store if store is not None else InMemoryStore()
         self._clock: Clock = clock or _utc_now
-        self.isolation = isolation
+        self._isolation = isolation
+        self._concurrent = bool(getattr(self._store, "concurrent", False))
         self._operators: dict[str, Operator] = {}
         self._judge_log_cache: JudgeLog | None = None
         self._log = EventLog()
         self._snapshot = Snapshot()
+        self._writer = threading.RLock()
+        self._writes = 0
+        self._retries = 0
         self.open_report: ReconcileReport | None = None
         self._load()
+
+    @property
+    def isolation(self) -> Isolation:
+        """The level writes run at when no operator says otherwise (see __init__)."""
+        return self._isolation if self._isolation is not None else Isolation.SERIALIZABLE
+
+    def _level_for(self, required: Isolation) -> Isolation:
+        """The level a write whose operator requires `required` actually runs at."""
+        if self._isolation is not None:
+            return self._isolation
+        return required if self._concurrent else Isolation.SERIALIZABLE
+
+    @property
+    def write_stats(self) -> WriteStats:
+        """Writes committed through this Memory and serialization-failure retries they took."""
+        return WriteStats(self._writes, self._retries)
 
     # -- loading and catching up -----------------------------------------------------------
 
     def _load(self) -> None:
-        for event in self._store.load(0):
+        """Fold the log; reconcile the stored projection against the same consistent read."""
+        self._store.sequence()  # events a crashed writer committed but never sequenced
+        events, unsequenced, watermark, stored = self._store.load_state()
+        for event in events:
             self._fold(event)
-        watermark, stored = self._store.load_projection()
-        if self._log.last_seq == 0 and not stored:
+        if self._log.last_seq == 0 and not stored and not unsequenced:
             return
-        self.open_report = reconcile(stored, watermark, self._snapshot)
+        replayed = replay(events)
+        for event in unsequenced:  # committed after our sequencing: the projection has them
+            replayed.apply(event)
+        replayed.watermark = self._log.last_seq
+        self.open_report = reconcile(stored, watermark, replayed)
         if not self.open_report.ok:  # the projection is disposable: rebuild it from the log
-            self._store.append(
-                [], self._snapshot.summaries(), self._snapshot.watermark, replace=True
-            )
+            self._store.append([], replayed.summaries(), replayed.watermark, replace=True)
 
     def _fold(self, event: Event) -> None:
         if self._log.add(event):
             self._snapshot.apply(event)
 
     def _catch_up(self) -> int:
-        """Fold events other writers appended since our watermark; returns how many."""
+        """Fold events the store sequenced since our watermark; returns how many."""
         n = 0
         if self._store.last_seq() > self._log.last_seq:
             for event in self._store.load(self._log.last_seq):
@@ -112,31 +149,50 @@ class MemoryBase:
 
     def refresh(self) -> int:
         """Catch up with events appended by other processes; returns how many were folded."""
-        with self._store.write_lock():
+        with self._writer:
+            self._store.sequence()
             return self._catch_up()
 
-    def _write(self, build: Callable[[], list[Event]]) -> list[Event]:
-        """Validate-and-build under the writer lock, then append atomically and fold."""
-        with self._store.write_lock():
-            self._catch_up()
-            events = build()
-            if not events:
-                return []
-            for event in events:
-                self._fold(event)
-            keys = {e.key for e in events}
-            try:
-                self._store.append(events, rows_for(self._snapshot, keys), self._log.last_seq)
-            except BaseException:
-                self._reload()
-                raise
-            return events
+    def _key_of(self, ref: VersionRef, field: str = "version") -> FactKey:
+        """The key a version belongs to (a version's key never changes; catch up if unseen)."""
+        vid = ref.id if isinstance(ref, FactVersion) else ref
+        if not isinstance(vid, str):
+            raise InvalidInput(field, f"expected a FactVersion or version id, got {vid!r}")
+        key = self._snapshot.version_key.get(vid)
+        if key is None:
+            self.refresh()
+            key = self._snapshot.version_key.get(vid)
+        if key is None:
+            raise UnknownVersion(vid, field)
+        return key
 
-    def _reload(self) -> None:
-        self._log = EventLog()
-        self._snapshot = Snapshot()
-        for event in self._store.load(0):
-            self._fold(event)
+    def _write(
+        self,
+        keys: Iterable[FactKey],
+        build: Callable[[Partition], list[Event]],
+        level: Isolation = Isolation.READ_COMMITTED,
+    ) -> list[Event]:
+        """The one commit point: the store's transaction shell reads the partition of `keys`,
+        `build` decides from it alone, the shell appends and commits; only then are the
+        events folded into this Memory (a failed write leaves it exactly as it was)."""
+        made: list[Event] = []
+
+        def plan(
+            partition: Sequence[Event], base_seq: int
+        ) -> tuple[list[Event], dict[FactKey, KeySummary]]:
+            part = Partition(wanted, partition, base_seq)
+            events = build(part)
+            made[:] = events
+            return events, (part.fold(events) if events else {})
+
+        wanted = frozenset(keys)
+        with self._writer:
+            retries = self._store.transact(wanted, level, plan)
+            self._retries += retries
+            if made:
+                self._writes += 1
+                self._catch_up()
+        return made
 
     # -- input helpers ---------------------------------------------------------------------
 
@@ -210,6 +266,7 @@ class MemoryBase:
 
     def _assert_events(
         self,
+        p: Partition,
         version: FactVersion,
         pending: list[Event],
         *,
@@ -224,7 +281,7 @@ class MemoryBase:
         if claim:
             body["claim"] = True
         pending.append(
-            self._log.new(
+            p.new(
                 EventKind.ASSERT,
                 version.key,
                 version.recorded_at,
@@ -234,7 +291,7 @@ class MemoryBase:
                 pending=pending,
             )
         )
-        state = self._state(version.key)
+        state = p.state(version.key)
         if state is None:
             return
         for other_id in state.overlapping(version.valid):
@@ -245,7 +302,7 @@ class MemoryBase:
                 continue
             left, right = sorted((other.id, version.id))
             pending.append(
-                self._log.new(
+                p.new(
                     EventKind.CONFLICT_OPEN,
                     version.key,
                     max(version.recorded_at, other.recorded_at),

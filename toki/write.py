@@ -18,7 +18,7 @@ from toki.algebra.rule import Policy
 from toki.errors import (
     InvalidInput,
 )
-from toki.isolation import dominates
+from toki.isolation import Isolation, check_precondition, dominates
 from toki.judge import Judge, JudgeLog
 from toki.log import Event, EventKind
 from toki.memory_base import POLICY_SUBJECT, MemoryBase
@@ -27,6 +27,7 @@ from toki.model import (
     FactKey,
     FactVersion,
 )
+from toki.partition import Partition
 from toki.replay import KeyState
 from toki.time import BoundSource, Interval, TimeLike, format_instant
 
@@ -57,6 +58,8 @@ class WritePath(MemoryBase):
 
     def _context(
         self,
+        p: Partition,
+        level: Isolation,
         decided_at: datetime,
         judge: Judge | None,
         log_judge: bool,
@@ -64,35 +67,19 @@ class WritePath(MemoryBase):
     ) -> ResolveContext:
         return ResolveContext(
             decided_at=decided_at,
-            isolation=self.isolation,
+            isolation=level,
             judge=judge,
-            judge_log=self._judge_log() if log_judge else None,
-            own_log=self._snapshot.judge_log,
+            judge_log=self._judge_log(p) if log_judge else None,
+            own_log=p.snapshot.judge_log,
             allow_weaker_isolation=allow_weaker_isolation,
-            evidence=self._evidence,
-            policy=self._policy_in_force,
+            evidence=lambda key: _evidence(p, key),
+            policy=lambda key, at: _policy_in_force(p, key, at),
         )
 
-    def _judge_log(self) -> JudgeLog:
+    def _judge_log(self, p: Partition) -> JudgeLog:
         if self._judge_log_cache is not None:
             return self._judge_log_cache
-        return self._snapshot.judge_log
-
-    def _evidence(self, key: FactKey) -> list[FactVersion]:
-        state = self._state(key)
-        if state is None:
-            return []
-        return [v for v in state.versions.values() if not state.is_revoked(v.id)]
-
-    def _policy_in_force(self, key: FactKey, at: datetime) -> dict[str, Any] | None:
-        state = self._state(FactKey(key.tenant, POLICY_SUBJECT, key.fact_key))
-        if state is None:
-            return None
-        best = None
-        for recorded, body in state.policies:
-            if recorded <= at and (best is None or recorded >= best[0]):
-                best = (recorded, body)
-        return None if best is None else dict(best[1]["policy"])
+        return p.snapshot.judge_log
 
     def set_policy(
         self, tenant: str, fact_key: str, policy: Policy, *, recorded_at: TimeLike | None = None
@@ -103,15 +90,16 @@ class WritePath(MemoryBase):
         recorded = self._recorded(recorded_at)
         key = FactKey(tenant, POLICY_SUBJECT, fact_key)
         self._write(
-            lambda: [
-                self._log.new(
+            [key],
+            lambda p: [
+                p.new(
                     EventKind.POLICY,
                     key,
                     recorded,
                     (),
                     {"policy": policy.to_json(), "id": policy.id},
                 )
-            ]
+            ],
         )
 
     def write(
@@ -148,11 +136,18 @@ class WritePath(MemoryBase):
             None,
             claim.weight,
         )
+        level = self._level_for(op.requires)
+        if self._concurrent and not allow_weaker_isolation:
+            check_precondition(level, op.requires, what=f"operator {op.name}")
         result: list[Decision] = []
+        keys = [claim.key]
+        if op.name == "RULE":  # RULE reads the policy in force: its key is in the partition
+            keys.append(FactKey(claim.key.tenant, POLICY_SUBJECT, claim.key.fact_key))
 
-        def build() -> list[Event]:
-            ctx = self._context(recorded, judge, log_judge, allow_weaker_isolation)
-            found = gate(self._state(claim.key), version, ctx, semantic=semantic_gate)
+        def build(p: Partition) -> list[Event]:
+            result.clear()  # a retried transaction decides again from a fresh read
+            ctx = self._context(p, level, recorded, judge, log_judge, allow_weaker_isolation)
+            found = gate(p.state(claim.key), version, ctx, semantic=semantic_gate)
             pending: list[Event] = []
             if found.duplicate:
                 result.append(op.resolve([version], version, ctx))
@@ -165,17 +160,18 @@ class WritePath(MemoryBase):
                     decision = _insert_decision(op, version, ctx, held)
             else:
                 decision = self._pointwise(
-                    op.resolve(list(found.contradicts), version, ctx), version, pending
+                    p, op.resolve(list(found.contradicts), version, ctx), version, pending
                 )
             result.append(decision)
-            self._judge_events(ctx, pending)
+            self._judge_events(p, ctx, pending)
             if decision.action is not Action.INSERT:
                 pending.append(
-                    self._decision_event(claim.key, recorded, decision, version.id, pending)
+                    self._decision_event(p, claim.key, recorded, decision, version.id, pending)
                 )
             proposed = decision.action is Action.HOLD and op.name == "AWAIT"
             settled = frozenset(decision.losers) | {decision.winner or ""}
             self._assert_events(
+                p,
                 version,
                 pending,
                 proposed=proposed,
@@ -183,16 +179,16 @@ class WritePath(MemoryBase):
                 claim=True,
             )
             if decision.action in (Action.SUPERSEDE, Action.REJECT):
-                self._close_losers(claim.key, decision, recorded, pending, reason=op.name)
+                self._close_losers(p, claim.key, decision, recorded, pending, reason=op.name)
             return pending
 
-        self._write(build)
+        self._write(keys, build, level)
         return replace(result[0], claim_id=version.id)
 
-    def _judge_events(self, ctx: ResolveContext, pending: list[Event]) -> None:
+    def _judge_events(self, p: Partition, ctx: ResolveContext, pending: list[Event]) -> None:
         for call in ctx.new_calls:
             pending.append(
-                self._log.new(
+                p.new(
                     EventKind.DECISION,
                     call.key,
                     ctx.decided_at,
@@ -210,13 +206,14 @@ class WritePath(MemoryBase):
 
     def _decision_event(
         self,
+        p: Partition,
         key: FactKey,
         recorded: datetime,
         decision: Decision,
         claim_id: str,
         pending: list[Event],
     ) -> Event:
-        return self._log.new(
+        return p.new(
             EventKind.DECISION,
             key,
             recorded,
@@ -233,6 +230,7 @@ class WritePath(MemoryBase):
 
     def _close_losers(
         self,
+        p: Partition,
         key: FactKey,
         decision: Decision,
         recorded: datetime,
@@ -243,8 +241,8 @@ class WritePath(MemoryBase):
         """Apply the decision's ranking pointwise: each valid-time point goes to the best
         ranked version covering it. A version that lost some points is closed (where it
         keeps a prefix) or replaced by pieces for the parts it keeps; nothing is rewritten."""
-        state = self._state(key)
-        ranked, effs, spans, kept = self._allocation(key, decision.ranking, pending)
+        state = p.state(key)
+        ranked, effs, spans, kept = self._allocation(p, key, decision.ranking, pending)
         open_pairs = set() if state is None else set(state.open_conflicts())
         for pos, version in enumerate(ranked):
             vid = version.id
@@ -264,11 +262,11 @@ class WritePath(MemoryBase):
             else:
                 for frag in fragments:
                     piece = self._piece(version, _interval_of(frag, eff), recorded)
-                    if self._snapshot.version(piece.id) is None:
-                        self._assert_events(piece, pending, exclude=frozenset(decision.ranking))
+                    if p.version(piece.id) is None:
+                        self._assert_events(p, piece, pending, exclude=frozenset(decision.ranking))
                     new_ids.append(piece.id)
             pending.append(
-                self._log.new(
+                p.new(
                     EventKind.SUPERSEDE,
                     key,
                     recorded,
@@ -288,7 +286,7 @@ class WritePath(MemoryBase):
                 if pair in open_pairs:
                     open_pairs.discard(pair)
                     pending.append(
-                        self._log.new(
+                        p.new(
                             EventKind.CONFLICT_RESOLVE,
                             key,
                             recorded,
@@ -300,23 +298,26 @@ class WritePath(MemoryBase):
 
     def _allocation(
         self,
+        p: Partition,
         key: FactKey,
         ranking: Sequence[str],
         pending: list[Event],
         *extra: FactVersion,
     ) -> tuple[list[FactVersion], dict[str, Interval], dict[str, Span], dict[str, list[Span]]]:
-        state = self._state(key)
-        ranked = [self._pending_version(v, pending, extra) for v in ranking]
+        state = p.state(key)
+        ranked = [self._pending_version(p, v, pending, extra) for v in ranking]
         effs = {v.id: self._effective_now(state, v) for v in ranked}
         spans = {vid: _span(eff) for vid, eff in effs.items()}
         kept = allocate([(v.id, v.value_json, spans[v.id]) for v in ranked])
         return ranked, effs, spans, kept
 
-    def _pointwise(self, decision: Decision, claim: FactVersion, pending: list[Event]) -> Decision:
+    def _pointwise(
+        self, p: Partition, decision: Decision, claim: FactVersion, pending: list[Event]
+    ) -> Decision:
         """Settle who lost what: a version is a loser when it lost any valid-time point."""
         if decision.action not in (Action.SUPERSEDE, Action.REJECT):
             return decision
-        _, _, spans, kept = self._allocation(claim.key, decision.ranking, pending, claim)
+        _, _, spans, kept = self._allocation(p, claim.key, decision.ranking, pending, claim)
         losers = tuple(sorted(v for v in decision.ranking if kept[v] != [spans[v]]))
         # SUPERSEDE: something that stood was (partly) closed; REJECT: only the claim lost
         action = Action.SUPERSEDE if any(v != claim.id for v in losers) else Action.REJECT
@@ -330,7 +331,7 @@ class WritePath(MemoryBase):
         return version.valid
 
     def _pending_version(
-        self, vid: str, pending: list[Event], extra: Sequence[FactVersion] = ()
+        self, p: Partition, vid: str, pending: list[Event], extra: Sequence[FactVersion] = ()
     ) -> FactVersion:
         for v in extra:
             if v.id == vid:
@@ -338,7 +339,7 @@ class WritePath(MemoryBase):
         for e in pending:
             if e.version is not None and e.version.id == vid:
                 return e.version
-        return self._resolve_ref(vid)
+        return p.resolve(vid)
 
 
 def _span(interval: Interval) -> Span:
@@ -404,3 +405,23 @@ def _equivalence(
         }
     )
     return Decision(Action.REJECT, incumbent.id, (version.id,), prov, (incumbent.id, version.id))
+
+
+def _evidence(p: Partition, key: FactKey) -> list[FactVersion]:
+    """Every non-revoked version on record for `key` (what EWM weighs)."""
+    state = p.state(key)
+    if state is None:
+        return []
+    return [v for v in state.versions.values() if not state.is_revoked(v.id)]
+
+
+def _policy_in_force(p: Partition, key: FactKey, at: datetime) -> dict[str, Any] | None:
+    """The RULE policy recorded latest at or before `at` (read from the partition)."""
+    state = p.state(FactKey(key.tenant, POLICY_SUBJECT, key.fact_key))
+    if state is None:
+        return None
+    best = None
+    for recorded, body in state.policies:
+        if recorded <= at and (best is None or recorded >= best[0]):
+            best = (recorded, body)
+    return None if best is None else dict(best[1]["policy"])

@@ -302,9 +302,9 @@ def _projection_mutant() -> Result:
     def script(mem: Memory, skip_after_revoke: bool) -> None:
         v = mem.assert_fact(K, "Berlin", recorded_at="2026-09-02T00:00:00Z", source_id="m1")
         if skip_after_revoke:
-            import toki.memory_base as memory_base_module
+            import toki.partition as partition_module
 
-            with _patched(memory_base_module, "rows_for", stale_rows):
+            with _patched(partition_module, "rows_for", stale_rows):
                 mem.revoke(v, recorded_at="2026-09-03T00:00:00Z", reason="wrong")
         else:
             mem.revoke(v, recorded_at="2026-09-03T00:00:00Z", reason="wrong")

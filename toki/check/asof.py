@@ -28,8 +28,14 @@ def n1_memory(memory: Memory) -> Verdict:
     report = memory.reconcile()
     differ = replayed.state_hash() != memory.state_hash() or not report.ok
     keys = tuple(str(d.key) for d in report.differences)
-    return Verdict("N1", differ, keys, memory.state_hash(), replayed.state_hash(),
-                   {"reconcile": report.describe()})
+    return Verdict(
+        "N1",
+        differ,
+        keys,
+        memory.state_hash(),
+        replayed.state_hash(),
+        {"reconcile": report.describe()},
+    )
 
 
 def n3_as_of(memory: Memory, served: Iterable[Served]) -> Verdict:
@@ -40,5 +46,11 @@ def n3_as_of(memory: Memory, served: Iterable[Served]) -> Verdict:
         if got != value:
             wrong.append((str(at), str(key), str(valid_at), value, got))
     keys = tuple(sorted({w[1] for w in wrong}))
-    return Verdict("N3", bool(wrong), keys, [w[3] for w in wrong], [w[4] for w in wrong],
-                   {"mismatches": [list(w) for w in wrong]})
+    return Verdict(
+        "N3",
+        bool(wrong),
+        keys,
+        [w[3] for w in wrong],
+        [w[4] for w in wrong],
+        {"mismatches": [list(w) for w in wrong]},
+    )

@@ -43,9 +43,9 @@ _VALUES: Final = tuple(
 )
 _AS_ARRAY: Final = _VALUES + tuple((f":{k},", f'"{k}",') for k in _OP_KEYS)
 # in object mode a map key becomes an object key: {:index, → {"index":  (Jepsen's keys only)
-_AS_OBJECT: Final = tuple(
-    (f"{d}:{k},", f'{d}"{k}":') for k in _OP_KEYS for d in ("{", ",")
-) + _VALUES
+_AS_OBJECT: Final = (
+    tuple((f"{d}:{k},", f'{d}"{k}":') for k in _OP_KEYS for d in ("{", ",")) + _VALUES
+)
 _CHUNK_LINES: Final = 20_000
 
 
@@ -222,9 +222,7 @@ def _starts_form(line: str) -> bool:
     return bool(s) and s[0] in "{[(#"
 
 
-def locate_error(
-    lines: list[str], offset: int, source: str, err: Exception
-) -> HistoryFormatError:
+def locate_error(lines: list[str], offset: int, source: str, err: Exception) -> HistoryFormatError:
     """Re-parse line by line to name the first line that is not valid EDN on its own."""
     for n, line in enumerate(lines, offset + 1):
         if not line.strip() or line.lstrip().startswith(";"):

@@ -119,8 +119,11 @@ def _edn_entries(fh: IO[str], source: str) -> Iterator[tuple[Where, Any]]:
                 forms = edn.parse_chunk(text)
             except Exception as e:  # edn_format raises EDNDecodeError, and ply may raise others
                 raise edn.locate_error(lines, offset, source, e) from e
-            if first and len(forms) == 1 and type(forms[0]) is list and (
-                not forms[0] or forms[0][0] != edn.MAP
+            if (
+                first
+                and len(forms) == 1
+                and type(forms[0]) is list
+                and (not forms[0] or forms[0][0] != edn.MAP)
             ):
                 for i, x in enumerate(forms[0]):  # one vector of op maps
                     yield f"{source} entry {i + 1}", _as_map(x)
@@ -136,9 +139,7 @@ def _as_map(x: Any) -> Any:
     return x
 
 
-def _json_entries(
-    fh: IO[str], source: str, whole: Any
-) -> Iterator[tuple[Where, Any]]:
+def _json_entries(fh: IO[str], source: str, whole: Any) -> Iterator[tuple[Where, Any]]:
     """JSON lines, or an array with one op per line, parsed a chunk of lines at a time; an
     array laid out any other way is parsed whole."""
     lines = iter(fh)
@@ -285,8 +286,9 @@ def _build(entries: Iterable[tuple[Where, Any]], source: str) -> History:
         if value is None and inv is not None:
             value = inv[1]
         append(
-            _txn(source, where, index, process, typ, value, inv[2] if inv else None, used,
-                 last_read)
+            _txn(
+                source, where, index, process, typ, value, inv[2] if inv else None, used, last_read
+            )
         )
     for proc, waiting in pending.items():  # never completed: in doubt
         for where, value, index in waiting:

@@ -231,8 +231,10 @@ def explain(w: Witness, run: Run, system: SystemModel) -> list[str]:
             lines.append(f"  {op.step:3d} {who} runs a conditional statement on {op.key!r}")
     crashes = [(i, c) for i, c in enumerate(w.schedule) if str(c).startswith("crash:")]
     for i, c in crashes:
-        lines.append(f"  schedule[{i}]: agent {str(c)[6:]} crashes (its open transaction "
-                     "rolls back; it processes nothing more)")
+        lines.append(
+            f"  schedule[{i}]: agent {str(c)[6:]} crashes (its open transaction "
+            "rolls back; it processes nothing more)"
+        )
     lines.append(_moral(w))
     return lines
 

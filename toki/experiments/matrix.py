@@ -349,9 +349,7 @@ def detection_power(runs: int, rate: float) -> float:
     return 1.0 - (1.0 - rate) ** runs if runs > 0 else 0.0
 
 
-def decide(
-    cell: CellData, *, alpha: float = 0.05, power_rate: float = 0.05
-) -> dict[str, Any]:
+def decide(cell: CellData, *, alpha: float = 0.05, power_rate: float = 0.05) -> dict[str, Any]:
     """The verdict rules (docs/verdict-matrix.md), applied to one cell's counts."""
     draws = len(cell.checked)
     runs = sum(cell.checked)
@@ -402,8 +400,11 @@ def decide(
             )
     elif found > 0:
         row.update(verdict="undecided", reason="anomalous runs counted, but no witness replayed")
-    elif cell.anomaly == "N1" and runs > 0 and cell.recovery_judge_calls == 0 and (
-        cell.judge_free or cell.judged_runs > 0
+    elif (
+        cell.anomaly == "N1"
+        and runs > 0
+        and cell.recovery_judge_calls == 0
+        and (cell.judge_free or cell.judged_runs > 0)
     ):
         row.update(verdict="excludes", mode="check", rate=math.nan, ci_low=math.nan)
         row.update(ci_high=math.nan, draw_min=math.nan, draw_max=math.nan)
@@ -495,8 +496,10 @@ def _verify(system: str, data: Mapping[str, Any], path: Path, other_draws: int) 
         seeds = [OTHER_DRAWS_BASE + i for i in range(other_draws)]
         hits = serial_draws(model, w.workload, run, seeds, w.judge_p)
         extra = (hits, other_draws)
-        details = {**dict(w.details), "serial_under_other_draws": {"reachable": hits,
-                                                                   "draws": other_draws}}
+        details = {
+            **dict(w.details),
+            "serial_under_other_draws": {"reachable": hits, "draws": other_draws},
+        }
         w = dataclasses.replace(w, details=details)
     if verdict.found:
         w.save(path)
@@ -602,9 +605,7 @@ def inherit_fault_free(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def _per_draw(
     results: Sequence[Mapping[str, Any]], ndraws: int, anomaly: str, key: str
 ) -> tuple[int, ...]:
-    return tuple(
-        sum(r["draws"][i]["counts"][anomaly][key] for r in results) for i in range(ndraws)
-    )
+    return tuple(sum(r["draws"][i]["counts"][anomaly][key] for r in results) for i in range(ndraws))
 
 
 def _draw_rates(
@@ -825,9 +826,7 @@ def render_markdown(result: MatrixResult) -> str:
             hits, tried = r["serial_other_draws"]
             w += f" (serially reachable under {hits} of {tried} other judge draws)"
         ci = "" if math.isnan(r["ci_high"]) else f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]"
-        spread = (
-            "" if math.isnan(r["draw_min"]) else f"{r['draw_min']:.3f}–{r['draw_max']:.3f}"
-        )
+        spread = "" if math.isnan(r["draw_min"]) else f"{r['draw_min']:.3f}–{r['draw_max']:.3f}"
         power = "" if math.isnan(r["power"]) else f"{r['power']:.3f}"
         lines.append(
             f"| {r['system']} | {r['faults']} | {r['anomaly']} | {r['verdict']} | "
@@ -883,7 +882,9 @@ def render_latex(result: MatrixResult) -> str:
     ]
     for s in systems:
         lines.append(
-            _tex(s) + " & " + " & ".join(_tex_cell(at[s, f, a]) for f in faults for a in anomalies)
+            _tex(s)
+            + " & "
+            + " & ".join(_tex_cell(at[s, f, a]) for f in faults for a in anomalies)
             + r" \\"
         )
     lines += [r"\bottomrule", r"\end{tabular}", ""]
@@ -926,19 +927,41 @@ def plot(result: MatrixResult, path: Path) -> None:
                 moved = f != faults[0] and at[s, faults[0], a]["verdict"] != r["verdict"]
                 ax.add_patch(
                     Rectangle(
-                        (j - 0.5, i - 0.5), 1, 1, facecolor=colour, hatch=hatch,
-                        edgecolor="black" if moved else "#555555", linewidth=2.0 if moved else 0.5,
+                        (j - 0.5, i - 0.5),
+                        1,
+                        1,
+                        facecolor=colour,
+                        hatch=hatch,
+                        edgecolor="black" if moved else "#555555",
+                        linewidth=2.0 if moved else 0.5,
                     )
                 )
                 dark = r["verdict"] in ("admits", "excludes")
                 box = None if dark else {"facecolor": "white", "edgecolor": "none", "pad": 1.0}
-                ax.text(j, i, _figure_text(r), ha="center", va="center", fontsize=6.5,
-                        color="white" if dark else "black", bbox=box)
+                ax.text(
+                    j,
+                    i,
+                    _figure_text(r),
+                    ha="center",
+                    va="center",
+                    fontsize=6.5,
+                    color="white" if dark else "black",
+                    bbox=box,
+                )
         ax.set_xlim(-0.5, ncol - 0.5)
         ax.set_ylim(len(systems) - 0.5, -0.5)
-        ax.set_xticks(range(ncol), [ANOMALY_NAMES.get(a, a).replace(" (", "\n(", 1)
-                                    .replace("N1 replay", "N1 replay\n").replace("skew", "\nskew")
-                                    for a in anomalies], fontsize=7, rotation=0)
+        ax.set_xticks(
+            range(ncol),
+            [
+                ANOMALY_NAMES.get(a, a)
+                .replace(" (", "\n(", 1)
+                .replace("N1 replay", "N1 replay\n")
+                .replace("skew", "\nskew")
+                for a in anomalies
+            ],
+            fontsize=7,
+            rotation=0,
+        )
         ax.xaxis.tick_top()
         ax.set_yticks(range(len(systems)), systems, fontsize=8)
         ax.set_title(FAULT_NAMES.get(f, f), fontsize=9, pad=34)

@@ -369,14 +369,15 @@ def real_rows(
     return rows, list(results)
 
 
-def interleave(model_rows: Sequence[dict[str, Any]], real: Sequence[dict[str, Any]],
-               pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+def interleave(
+    model_rows: Sequence[dict[str, Any]],
+    real: Sequence[dict[str, Any]],
+    pairs: Sequence[tuple[str, str]],
+) -> list[dict[str, Any]]:
     """Model rows with each model's real rows right after them."""
     by_model: dict[str, list[dict[str, Any]]] = {}
     for model, name in pairs:
-        by_model.setdefault(model, []).extend(
-            r for r in real if r["system"] == real_row_name(name)
-        )
+        by_model.setdefault(model, []).extend(r for r in real if r["system"] == real_row_name(name))
     out: list[dict[str, Any]] = []
     systems = list(dict.fromkeys(r["system"] for r in model_rows))
     for s in systems:
@@ -402,13 +403,18 @@ def add_real_rows(
     models = list(dict.fromkeys(r["system"] for r in rows))
     ready, missing = missing_real(real_pairs(models))
     real, _ = real_rows(
-        config, budget, ready, out=folder, executor=executor, workers=workers,
-        address=address, progress=progress,
+        config,
+        budget,
+        ready,
+        out=folder,
+        executor=executor,
+        workers=workers,
+        address=address,
+        progress=progress,
     )
     merged = interleave(rows, real, ready)
     table = agreement(merged, ready)
-    write_agreement(folder, table, budget=budget, missing=missing,
-                    seconds=time.perf_counter() - t0)
+    write_agreement(folder, table, budget=budget, missing=missing, seconds=time.perf_counter() - t0)
     return merged, [*notes, *(f"real row missing: {m}" for m in missing)]
 
 
@@ -480,8 +486,13 @@ def agreement(
     return out
 
 
-def render_agreement(table: Sequence[Mapping[str, str]], *, budget: str,
-                     missing: Sequence[str], seconds: float | None = None) -> str:
+def render_agreement(
+    table: Sequence[Mapping[str, str]],
+    *,
+    budget: str,
+    missing: Sequence[str],
+    seconds: float | None = None,
+) -> str:
     counts = {k: sum(1 for r in table if r["agree"] == k) for k in ("yes", "no", "not compared")}
     lines = [
         "# Model verdicts against real verdicts",

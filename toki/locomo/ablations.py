@@ -198,9 +198,7 @@ def judge_results(results: Sequence[QAResult], judge: AnswerJudge | None) -> lis
     """The results with `judged` set by `judge` (unchanged without one)."""
     if judge is None:
         return list(results)
-    return [
-        replace(r, judged=judge.grade(r.question, r.gold or "", r.prediction)) for r in results
-    ]
+    return [replace(r, judged=judge.grade(r.question, r.gold or "", r.prediction)) for r in results]
 
 
 def _flat_answers(
@@ -611,9 +609,7 @@ def ablate_operator(
         return lambda q: _toki_as_of(builds[name][owner[index[id(q)]]], q)
 
     variants = {name: reader(name) for name in OPERATOR_VARIANTS}
-    rows = _slice_rows(
-        "operator", variants, questions, _operator_by_construction, seed, resamples
-    )
+    rows = _slice_rows("operator", variants, questions, _operator_by_construction, seed, resamples)
     qa = {
         name: typed_answers(dataset, ms, k=k, answerer=answerer, judge=judge)
         for name, ms in builds.items()

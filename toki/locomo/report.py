@@ -34,12 +34,15 @@ def _one(rows: Sequence[dict[str, Any]], **where: Any) -> dict[str, Any] | None:
 def paper_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One line per headline number: the paper's value, toki's, and what each measures."""
     out: list[dict[str, Any]] = []
-    t = _one(rows, ablation="typed_layer", kind="score", variant="typed", category="all",
-             metric="f1")
-    f = _one(rows, ablation="typed_layer", kind="score", variant="flat", category="all",
-             metric="f1")
-    c = _one(rows, ablation="typed_layer", kind="comparison", category="all",
-             metric="f1 difference")
+    t = _one(
+        rows, ablation="typed_layer", kind="score", variant="typed", category="all", metric="f1"
+    )
+    f = _one(
+        rows, ablation="typed_layer", kind="score", variant="flat", category="all", metric="f1"
+    )
+    c = _one(
+        rows, ablation="typed_layer", kind="comparison", category="all", metric="f1 difference"
+    )
     p = PAPER["typed_layer"]
     if t and f and c:
         holm = f", Holm {c['holm_p']:.2g}" if "holm_p" in c else ""
@@ -55,10 +58,18 @@ def paper_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         })  # fmt: skip
     d = _one(rows, ablation="audit_rows", kind="check", slice="superseded", variant="dual_row")
     o = _one(rows, ablation="audit_rows", slice="superseded", variant="overwrite")
-    q = _one(rows, ablation="audit_rows", kind="comparison", slice="qa_superseded",
-             metric="f1 difference")
-    ctrl = [r for r in select(rows, ablation="audit_rows", kind="check")
-            if r["slice"].startswith("control")]
+    q = _one(
+        rows,
+        ablation="audit_rows",
+        kind="comparison",
+        slice="qa_superseded",
+        metric="f1 difference",
+    )
+    ctrl = [
+        r
+        for r in select(rows, ablation="audit_rows", kind="check")
+        if r["slice"].startswith("control")
+    ]
     pa = PAPER["audit_rows"]
     if d and o:
         out.append({
@@ -132,12 +143,17 @@ def _panels() -> list[tuple[str, str, str, list[str], list[str]]]:
     ]  # fmt: skip
 
 
-def _bar_row(rows: Sequence[dict[str, Any]], abl: str, field: str, group: str, variant: str,
-             metric: str) -> dict[str, Any] | None:
+def _bar_row(
+    rows: Sequence[dict[str, Any]], abl: str, field: str, group: str, variant: str, metric: str
+) -> dict[str, Any] | None:
     for r in rows:
-        if (r.get("ablation") == abl and r.get("kind") in ("score", "check")
-                and r.get("variant") == variant and str(r.get(field)) == group
-                and r.get("metric") in (metric, "accuracy")):
+        if (
+            r.get("ablation") == abl
+            and r.get("kind") in ("score", "check")
+            and r.get("variant") == variant
+            and str(r.get(field)) == group
+            and r.get("metric") in (metric, "accuracy")
+        ):
             return r
     return None  # fmt: skip
 

@@ -455,7 +455,7 @@ class TypedRetriever:
         return hits
 
     def _status(self, idx: int) -> str | None:
-        """"current" or "superseded"; None for a version that is not settled."""
+        """ "current" or "superseded"; None for a version that is not settled."""
         fact = self.facts[idx]
         life = self.typed.memory.lifecycle(fact.version_id)
         if life in (Lifecycle.PROPOSED, Lifecycle.REVOKED):

@@ -7,16 +7,24 @@ to keep what it is given, atomically, and hand it back.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
 from toki.errors import IntegrityError, StoreError
+from toki.isolation import Isolation
 from toki.log import Event, event_from_record
 from toki.model import FactKey
 from toki.replay import KeySummary
 
-__all__ = ["EventStore", "open_store"]
+__all__ = ["EventStore", "Plan", "locked_transact", "open_store"]
+
+Plan = Callable[[Sequence[Event], int], tuple[Sequence[Event], Mapping[FactKey, KeySummary]]]
+"""A write's decision: (its partition's events, base seq) → (events to append, projection rows).
+
+The transaction shell calls it with the partition it read inside the transaction; it may call
+it again (with a fresh read) after a serialization failure, so it must not have side effects
+beyond its return value (the last call's result is the one committed)."""
 
 
 class EventStore(Protocol):
@@ -26,6 +34,21 @@ class EventStore(Protocol):
 
     def write_lock(self) -> AbstractContextManager[None]:
         """Hold the single-writer lock: events appended inside are committed atomically."""
+        ...
+
+    def transact(self, keys: frozenset[FactKey], level: Isolation, plan: Plan) -> int:
+        """Run one write: in one transaction (at `level` where the backend has levels), read
+        the events of `keys`, call `plan`, append what it returns and commit; all or nothing.
+        Returns how many times the transaction was retried after a serialization failure."""
+        ...
+
+    def sequence(self) -> int:
+        """Give committed events their global seq if the backend defers it; returns how many."""
+        ...
+
+    def load_state(self) -> tuple[list[Event], list[Event], int, dict[FactKey, KeySummary]]:
+        """One consistent read: (sequenced events, committed events not yet sequenced,
+        projection watermark, projection rows)."""
         ...
 
     def append(
@@ -90,3 +113,14 @@ def events_from_rows(rows: Sequence[Sequence[object]], where: str) -> Iterator[E
         except (KeyError, ValueError) as exc:
             seq = record["seq"]
             raise IntegrityError(f"{where}: event seq {seq} is unreadable: {exc}") from exc
+
+
+def locked_transact(store: EventStore, keys: frozenset[FactKey], plan: Plan) -> int:
+    """The single-writer transaction shell from the protocol's primitives: under the writer
+    lock, read the partition, plan, append. For wrappers (e.g. the real matrix's gated store)."""
+    with store.write_lock():
+        wanted = [e for e in store.load(0) if e.key in keys]
+        events, rows = plan(wanted, store.last_seq())
+        if events:
+            store.append(events, rows, events[-1].seq)
+    return 0

@@ -1,13 +1,21 @@
-"""The default backend: events and projection in process memory (fastest; not durable)."""
+"""The default backend: events and projection in process memory (fastest; not durable).
+
+One writer at a time: `transact` holds a lock that really excludes other threads, so the
+read-decide-append of a write is atomic with respect to every other write on this store.
+"""
 
 from __future__ import annotations
 
+import threading
+from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 
+from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
 from toki.replay import KeySummary
+from toki.store.base import Plan
 
 __all__ = ["InMemoryStore"]
 
@@ -17,11 +25,30 @@ class InMemoryStore:
 
     def __init__(self) -> None:
         self._events: list[Event] = []
+        self._by_key: dict[FactKey, list[Event]] = {}
         self._projection: dict[FactKey, KeySummary] = {}
         self._watermark = 0
+        self._lock = threading.RLock()
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._lock:
+            yield
 
     def write_lock(self) -> AbstractContextManager[None]:
-        return nullcontext()
+        return self._locked()
+
+    def transact(self, keys: frozenset[FactKey], level: Isolation, plan: Plan) -> int:
+        """Serial: under the lock, read the partition, plan, append (nothing on failure)."""
+        with self._lock:
+            partition = [e for k in keys for e in self._by_key.get(k, ())]
+            events, rows = plan(partition, self.last_seq())
+            if events:
+                self.append(events, rows, events[-1].seq)
+        return 0
+
+    def sequence(self) -> int:
+        return 0
 
     def append(
         self,
@@ -31,20 +58,34 @@ class InMemoryStore:
         *,
         replace: bool = False,
     ) -> None:
-        self._events.extend(events)
-        if replace:
-            self._projection.clear()
-        self._projection.update(summaries)
-        self._watermark = max(self._watermark, watermark)
+        with self._lock:
+            self._events.extend(events)
+            for event in events:
+                self._by_key.setdefault(event.key, []).append(event)
+            if replace:
+                self._projection.clear()
+            self._projection.update(summaries)
+            self._watermark = max(self._watermark, watermark)
 
     def load(self, after_seq: int = 0) -> Iterator[Event]:
-        return (e for e in self._events if e.seq > after_seq)
+        with self._lock:
+            start = bisect_right(self._events, after_seq, key=_seq)  # seqs ascend
+            return iter(self._events[start:])
 
     def last_seq(self) -> int:
         return self._events[-1].seq if self._events else 0
 
     def load_projection(self) -> tuple[int, dict[FactKey, KeySummary]]:
-        return self._watermark, dict(self._projection)
+        with self._lock:
+            return self._watermark, dict(self._projection)
+
+    def load_state(self) -> tuple[list[Event], list[Event], int, dict[FactKey, KeySummary]]:
+        with self._lock:
+            return list(self._events), [], self._watermark, dict(self._projection)
 
     def close(self) -> None:
         pass
+
+
+def _seq(event: Event) -> int:
+    return event.seq

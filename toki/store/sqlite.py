@@ -12,15 +12,16 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
 from toki.canonical import canonical_json
-from toki.errors import StoreError
+from toki.errors import ConstraintViolation, StoreError
+from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store.base import EVENT_COLUMNS, events_from_rows
+from toki.store.base import EVENT_COLUMNS, Plan, events_from_rows
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -107,24 +108,63 @@ class SQLiteStore:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE … COMMIT; on any failure (the commit's too) ROLLBACK, so the
+        connection never stays inside a transaction after an error."""
         with self._lock:
             outermost = self._depth == 0
             if outermost:
-                self._conn.execute("BEGIN IMMEDIATE")
+                self._run("BEGIN IMMEDIATE")
             self._depth += 1
             try:
                 yield
-            except BaseException:
-                self._depth -= 1
                 if outermost:
-                    self._conn.execute("ROLLBACK")
+                    self._run("COMMIT")
+            except BaseException:
+                if outermost and self._conn.in_transaction:
+                    with suppress(sqlite3.Error):  # the original error is the one to report
+                        self._conn.execute("ROLLBACK")
                 raise
-            self._depth -= 1
-            if outermost:
-                self._conn.execute("COMMIT")
+            finally:
+                self._depth -= 1
+
+    def _run(self, statement: str) -> None:
+        try:
+            self._conn.execute(statement)
+        except sqlite3.Error as exc:
+            raise StoreError(f"url: {self.path}: {statement} failed: {exc}") from exc
 
     def write_lock(self) -> AbstractContextManager[None]:
         return self._locked()
+
+    def transact(self, keys: frozenset[FactKey], level: Isolation, plan: Plan) -> int:
+        """One writer (BEGIN IMMEDIATE is SQLite's serialisation; `level` is not needed):
+        read the partition, plan, append, commit; a failure anywhere rolls everything back."""
+        with self._locked():
+            texts = sorted(_key_text(k) for k in keys)
+            rows = self._conn.execute(
+                f"SELECT {EVENT_COLUMNS} FROM toki_event WHERE fact_key IN "
+                f"({','.join('?' * len(texts))}) ORDER BY key_seq",
+                texts,
+            ).fetchall()
+            partition = list(events_from_rows(rows, self.path))
+            events, summaries = plan(partition, self.last_seq())
+            if events:
+                self.append(events, summaries, events[-1].seq)
+        return 0
+
+    def sequence(self) -> int:
+        return 0
+
+    def load_state(self) -> tuple[list[Event], list[Event], int, dict[FactKey, KeySummary]]:
+        """Log and projection in one read transaction (a concurrent writer cannot split them)."""
+        with self._lock:
+            self._run("BEGIN")
+            try:
+                events = list(self.load(0))
+                watermark, projection = self.load_projection()
+            finally:
+                self._conn.execute("COMMIT")
+        return events, [], watermark, projection
 
     def append(
         self,
@@ -134,7 +174,7 @@ class SQLiteStore:
         *,
         replace: bool = False,
     ) -> None:
-        with self._locked():
+        with self._locked(), _mapped(self.path):
             self._conn.executemany(INSERT_EVENT, [event_row(e) for e in events])
             if replace:
                 self._conn.execute("DELETE FROM toki_current")
@@ -194,6 +234,17 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+@contextmanager
+def _mapped(path: str) -> Iterator[None]:
+    """sqlite3 errors as toki errors naming the file (the transaction is rolled back)."""
+    try:
+        yield
+    except sqlite3.IntegrityError as exc:
+        raise ConstraintViolation(f"{path}: {exc}; nothing was written") from exc
+    except sqlite3.Error as exc:
+        raise StoreError(f"url: {path}: {exc}; nothing was written") from exc
 
 
 @functools.lru_cache(maxsize=65536)

@@ -359,8 +359,11 @@ def _through_rw(x: int, adj: Adj, labels: int) -> set[int]:
 
 
 def _subgraph_name(labels: int, kind: str) -> str:
-    parts = [n for b, n in ((WW, "ww"), (WR, "wr"), (RW, "rw"), (PR, "process"), (RT, "realtime"))
-             if labels & b]
+    parts = [
+        n
+        for b, n in ((WW, "ww"), (WR, "wr"), (RW, "rw"), (PR, "process"), (RT, "realtime"))
+        if labels & b
+    ]
     text = " ∪ ".join(parts)
     return f"({text}) extended by single rw steps" if kind else text
 

@@ -160,9 +160,7 @@ def realtime_order(
             frontier.add(node)
 
 
-def realtime_edges(
-    g: Graph, starts: list[int | None], ends: list[int | None]
-) -> None:
+def realtime_edges(g: Graph, starts: list[int | None], ends: list[int | None]) -> None:
     """T1 → T2 when T1 completed before T2 began (transitively reduced)."""
     s_add, d_add, l_add, f_add = g.src.append, g.dst.append, g.lab.append, g.flg.append
     x_add = g.kab.extend

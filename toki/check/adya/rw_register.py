@@ -97,8 +97,14 @@ def register_edges(
     for k in keys:
         fw = fwriter.get(k, {})
         writers = [(n, v) for v, n in fw.items()]
-        fan_out(g, [(r, None) for r in readers.get((k, None), ())], writers, k, flags,
-                f"<versions of {k!r} after its initial state>")
+        fan_out(
+            g,
+            [(r, None) for r in readers.get((k, None), ())],
+            writers,
+            k,
+            flags,
+            f"<versions of {k!r} after its initial state>",
+        )
         for a, b in taken.get(k, ()):
             if a is None or a == b:
                 continue
@@ -156,9 +162,7 @@ def _touched(s: Scan, history: History, keys: set[Key]) -> _Touched:
     return out
 
 
-def _chain(
-    out: VersionEdges, touched: _Touched, pairs: list[tuple[int, int]]
-) -> None:
+def _chain(out: VersionEdges, touched: _Touched, pairs: list[tuple[int, int]]) -> None:
     for a, b in pairs:
         ta, tb = touched[a], touched[b]
         if ta is None or tb is None:
@@ -215,9 +219,7 @@ def _linearizable(s: Scan, touched: _Touched) -> VersionEdges:
     return out
 
 
-def _cycles(
-    edges: VersionEdges, values: dict[Key, set[Value]]
-) -> list[tuple[Key, list[Value]]]:
+def _cycles(edges: VersionEdges, values: dict[Key, set[Value]]) -> list[tuple[Key, list[Value]]]:
     """Non-trivial strongly connected version sets, per key, with nil before every value."""
     index: dict[tuple[Key, Value], int] = {}
     src: list[int] = []

@@ -65,8 +65,11 @@ class Verdict:
             out["also-not"] = self.also_not
         out["consistency-models"] = self.models
         out["workload"] = self.workload
-        out["graphs"] = [n for n, on in (("process", self.process_edges),
-                                         ("realtime", self.realtime_edges)) if on]
+        out["graphs"] = [
+            n
+            for n, on in (("process", self.process_edges), ("realtime", self.realtime_edges))
+            if on
+        ]
         out["options"] = self.options
         if self.notes:
             out["notes"] = {t: [a.to_json() for a in v] for t, v in sorted(self.notes.items())}
@@ -158,8 +161,9 @@ def verdict(
         if t in reportable
         and not (t.endswith("-cycle-exists") and canonical(t[: -len("-cycle-exists")]) in ruled_out)
     }
-    notes = {t: v for t, v in found.items() if t not in shown and v
-             and not t.endswith("-cycle-exists")}
+    notes = {
+        t: v for t, v in found.items() if t not in shown and v and not t.endswith("-cycle-exists")
+    }
     valid: Valid
     if not shown:
         valid = True

@@ -28,11 +28,12 @@ from typing import Any
 
 from toki import Memory
 from toki.algebra.ewm import EWM
+from toki.isolation import Isolation
 from toki.judge import JudgeQuestion, Verdict
 from toki.log import Event
 from toki.model import Claim, FactKey
 from toki.replay import KeySummary
-from toki.store.base import EventStore
+from toki.store.base import EventStore, Plan, locked_transact
 from toki.store.memory import InMemoryStore
 from toki.store.sqlite import SQLiteStore
 from toki.systems.base import SimJudge
@@ -141,6 +142,18 @@ class GatedStore:
         }
         self._gate("append", [], ["events", "projection"], detail)
         self.inner.append(events, summaries, watermark, replace=replace)
+
+    def transact(self, keys: frozenset[FactKey], level: Isolation, plan: Plan) -> int:
+        """The single-writer shell from this store's own (gated) lock, load and append."""
+        return locked_transact(self, keys, plan)
+
+    def sequence(self) -> int:
+        return 0
+
+    def load_state(self) -> tuple[list[Event], list[Event], int, dict[FactKey, KeySummary]]:
+        events = list(self.load(0))
+        watermark, projection = self.load_projection()
+        return events, [], watermark, projection
 
     def load(self, after_seq: int = 0) -> Iterator[Event]:
         self._gate("load", ["events"], [], {"after": after_seq})

@@ -1,0 +1,86 @@
+"""The part of the store one write reads: its keys' events, as read inside its transaction.
+
+A write decides from its partition alone (never from the Memory's cached state, which may be
+behind a concurrent writer), so the same decision code runs on every backend: the backend's
+transaction shell reads the partition, the write builds its events from it, and the shell
+appends them with the projection rows `fold` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from toki.errors import InvalidInput, UnknownVersion
+from toki.log import Event, EventKind, make_event
+from toki.model import FactKey, FactVersion
+from toki.projection import rows_for
+from toki.replay import KeyState, KeySummary, Snapshot
+
+__all__ = ["Partition"]
+
+
+class Partition:
+    """The events of `keys` folded into a scratch snapshot, and the numbering of new events.
+
+    base_seq: the global seq new events continue from (single-writer backends); a backend
+    whose sequencer assigns the global seq after commit passes 0 and ignores it.
+    """
+
+    __slots__ = ("_key_seq", "base_seq", "keys", "snapshot")
+
+    def __init__(self, keys: Iterable[FactKey], events: Iterable[Event], base_seq: int) -> None:
+        self.keys = frozenset(keys)
+        self.base_seq = base_seq
+        self.snapshot = Snapshot()
+        self._key_seq: dict[FactKey, int] = {}
+        for event in sorted(events, key=lambda e: e.key_seq):
+            self.snapshot.apply(event)
+            if event.key_seq > self._key_seq.get(event.key, 0):
+                self._key_seq[event.key] = event.key_seq
+
+    def state(self, key: FactKey) -> KeyState | None:
+        if key not in self.keys:  # a write may only decide from what its transaction read
+            raise InvalidInput("key", f"{key} is not in this write's partition")
+        return self.snapshot.state(key)
+
+    def version(self, vid: str) -> FactVersion | None:
+        return self.snapshot.version(vid)
+
+    def resolve(self, ref: FactVersion | str, field: str = "version") -> FactVersion:
+        vid = ref.id if isinstance(ref, FactVersion) else ref
+        version = self.snapshot.version(vid)
+        if version is None:
+            raise UnknownVersion(vid, field)
+        return version
+
+    def positions(self) -> dict[FactKey, int]:
+        """The per-key position (last key_seq) of every key read: the head rows' values."""
+        return {k: self._key_seq.get(k, 0) for k in self.keys}
+
+    def new(
+        self,
+        kind: EventKind,
+        key: FactKey,
+        recorded_at: datetime,
+        version_ids: tuple[str, ...],
+        body: Mapping[str, Any],
+        version: FactVersion | None = None,
+        *,
+        pending: Sequence[Event] | None = None,
+    ) -> Event:
+        """The next event on `key` (numbers continue after `pending`), not yet appended."""
+        if key not in self.keys:
+            raise InvalidInput("key", f"{key} is not in this write's partition")
+        seq = self.base_seq + 1 + (len(pending) if pending else 0)
+        key_seq = self._key_seq.get(key, 0) + 1
+        if pending:
+            key_seq += sum(1 for e in pending if e.key == key)
+        return make_event(seq, key_seq, kind, key, recorded_at, version_ids, body, version)
+
+    def fold(self, events: Sequence[Event]) -> dict[FactKey, KeySummary]:
+        """Apply the write's events to the scratch snapshot; the projection rows they change."""
+        for event in events:
+            self.snapshot.apply(event)
+        return rows_for(self.snapshot, {e.key for e in events})
