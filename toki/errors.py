@@ -139,6 +139,10 @@ class ScheduleError(TokiError):
     choice that is not enabled at that point, or a schedule that ends before the run does)."""
 
 
+class WriteConflict(StoreError):
+    """A write kept failing to serialize (or kept losing its key's head) after its retries."""
+
+
 class ConstraintViolation(StoreError):
     """A database constraint refused a write (e.g. overlapping adjudicated rows of one key);
     the message names the key and the interval. Nothing of the write was kept."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +22,14 @@ from toki.errors import IntegrityError
 from toki.model import FactKey, FactVersion
 from toki.time import format_instant, parse_instant
 
-__all__ = ["Event", "EventKind", "EventLog", "event_from_record", "event_to_record"]
+__all__ = [
+    "Event",
+    "EventKind",
+    "EventLog",
+    "chain_link",
+    "event_from_record",
+    "event_to_record",
+]
 
 
 class EventKind(enum.Enum):
@@ -61,6 +69,14 @@ class Event:
     def describe(self) -> str:
         at = format_instant(self.recorded_at)
         return f"#{self.seq} {self.kind.value} {self.key} recorded at {at}: {self.payload}"
+
+
+def chain_link(prev: str, seq: int, event_id: str, payload_hash: str) -> str:
+    """The log chain: sha256 over the previous link, this event's seq, id and payload hash
+    (unkeyed; the first event's prev is ""). A rewritten, deleted, reordered or renumbered
+    event changes every link from it on."""
+    text = f"{prev}\n{seq}\n{event_id}\n{payload_hash}"
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _event_id(kind: EventKind, payload: str) -> str:

@@ -19,6 +19,7 @@ import pytest
 from toki import UNKNOWN, Claim, FactKey, Memory
 from toki.algebra import LWW
 from toki.errors import ConstraintViolation, StoreError
+from toki.isolation import Isolation
 from toki.log import EventKind
 from toki.replay import KeySummary
 from toki.store.postgres import SCHEMA_VERSION, PostgresStore, mask_dsn
@@ -309,7 +310,10 @@ def test_terminated_backend_loses_nothing_committed_and_leaves_no_half_decision(
 
 
 def test_lww_writes_go_through_unchanged(pg_store: StoreFactory) -> None:
-    """The operator path (DECISION events) on PostgreSQL, checked against the in-memory store."""
+    """The operator path (DECISION events) on PostgreSQL, checked against the in-memory store.
+
+    On PostgreSQL each write runs at its operator's declared level (LWW: READ COMMITTED) and
+    the provenance records that level; the serial in-memory store is told the same level."""
     claims = [
         Claim(
             K,
@@ -320,7 +324,7 @@ def test_lww_writes_go_through_unchanged(pg_store: StoreFactory) -> None:
         )
         for i, (v, m, r) in enumerate([("Lisbon", 1, 2), ("Berlin", 7, 8), ("Rome", 6, 3)])
     ]
-    on_pg, in_mem = Memory(pg_store()), Memory()
+    on_pg, in_mem = Memory(pg_store()), Memory(isolation=Isolation.READ_COMMITTED)
     for c in claims:
         assert on_pg.write(c, LWW) == in_mem.write(c, LWW)
     assert on_pg.state_hash() == in_mem.state_hash()

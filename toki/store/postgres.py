@@ -9,9 +9,12 @@ range types, an exclusion constraint on the adjudicated rows, and real isolation
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import random
 import re
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
@@ -24,11 +27,12 @@ from psycopg import sql
 from psycopg.types.range import Range
 
 from toki.canonical import canonical_json
-from toki.errors import ConstraintViolation, IntegrityError, StoreError
-from toki.log import Event, EventKind
+from toki.errors import ConstraintViolation, IntegrityError, StoreError, WriteConflict
+from toki.isolation import Isolation
+from toki.log import Event, EventKind, chain_link
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store.base import EVENT_COLUMNS, events_from_rows
+from toki.store.base import EVENT_COLUMNS, Plan, events_from_rows
 from toki.time import format_instant, parse_instant
 
 __all__ = ["DEFAULT_DSN", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStore", "default_dsn"]
@@ -40,7 +44,23 @@ DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 _LOCK_CLASS = 0x70C1  # "toki" writer lock
 _MIGRATE_CLASS = 0x70C2  # schema migrations
 
+_SEQ_CLASS = 0x70C3  # the sequencer
 _KEY_COLS = "tenant, subject, scope_kind, scope_key, fact_key"
+_EVENT_COLS = (
+    "seq, key_seq, kind, tenant, subject, scope_kind, scope_key, fact_key, recorded_at, "
+    "version_ids, payload, payload_hash, event_id"
+)
+_PENDING_COLS = "tick" + _EVENT_COLS[len("seq") :]
+MAX_RETRIES = 64
+"""Serialization failures, deadlocks and moved heads a write retries before WriteConflict."""
+
+_LEVELS = {
+    Isolation.READ_UNCOMMITTED: "READ UNCOMMITTED",  # PostgreSQL runs it as READ COMMITTED
+    Isolation.READ_COMMITTED: "READ COMMITTED",
+    Isolation.REPEATABLE_READ: "REPEATABLE READ",  # PostgreSQL's is snapshot isolation
+    Isolation.SNAPSHOT: "REPEATABLE READ",
+    Isolation.SERIALIZABLE: "SERIALIZABLE",
+}
 
 
 def default_dsn() -> str:
@@ -149,15 +169,78 @@ def _migration_1(cur: psycopg.Cursor[Any]) -> None:
     cur.execute("INSERT INTO toki_meta VALUES ('watermark', '0') ON CONFLICT DO NOTHING")
 
 
-MIGRATIONS = (_migration_1,)
+_M2 = """
+CREATE TABLE IF NOT EXISTS toki_head (
+    tenant     text NOT NULL,
+    subject    text NOT NULL,
+    scope_kind text NOT NULL,
+    scope_key  text NOT NULL,
+    fact_key   text NOT NULL,
+    pos        bigint NOT NULL,
+    PRIMARY KEY (tenant, subject, scope_kind, scope_key, fact_key)
+);
+INSERT INTO toki_head
+    SELECT tenant, subject, scope_kind, scope_key, fact_key, max(key_seq) FROM toki_event
+    GROUP BY tenant, subject, scope_kind, scope_key, fact_key
+ON CONFLICT DO NOTHING;
+CREATE TABLE IF NOT EXISTS toki_pending (
+    tick         bigint NOT NULL,
+    key_seq      bigint NOT NULL,
+    kind         text NOT NULL,
+    tenant       text NOT NULL,
+    subject      text NOT NULL,
+    scope_kind   text NOT NULL,
+    scope_key    text NOT NULL,
+    fact_key     text NOT NULL,
+    recorded_at  timestamptz NOT NULL,
+    version_ids  text[] NOT NULL,
+    payload      text NOT NULL,
+    payload_hash text NOT NULL,
+    event_id     text NOT NULL UNIQUE,
+    UNIQUE (tenant, subject, scope_kind, scope_key, fact_key, key_seq)
+);
+CREATE SEQUENCE IF NOT EXISTS toki_tick;
+ALTER TABLE toki_event ADD COLUMN IF NOT EXISTS chain text;
+"""
+
+
+def _migration_2(cur: psycopg.Cursor[Any]) -> None:
+    """Concurrent writers: one head row per key, committed-but-unsequenced events, the
+    transaction tick, and the log's chain column (NULL for events logged before it)."""
+    cur.execute(_M2)
+
+
+MIGRATIONS = (_migration_1, _migration_2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
 # ------------------------------------------------------------------------------ the store
 
 
+class _HeadMoved(Exception):
+    """A key's head row moved between the partition read and the conditional update."""
+
+
 class PostgresStore:
-    """Durable events and projection in one PostgreSQL schema."""
+    """Durable events and projection in one PostgreSQL schema, with concurrent writers.
+
+    A write (`transact`) runs at its operator's level: it reads its keys' events, decides,
+    moves each written key's head row with `UPDATE … WHERE pos = <read pos>` (0 rows: a
+    concurrent writer won; retry from a fresh read), takes a transaction tick from a sequence
+    and inserts its events into `toki_pending` with that tick, plus the projection rows of
+    its keys. Writes to different keys touch different rows and never wait for each other.
+
+    The dense global seq is assigned after commit by `sequence`, a short READ COMMITTED step
+    under a transaction-scoped advisory lock, in (tick, key, key_seq) order, into the
+    insert-only `toki_event` with a chain link. That order respects causality: a transaction
+    T2 that read T1's events did so after T1 committed, and T1 took its tick before it
+    committed, T2 after its read, so tick(T1) < tick(T2); and any sequencer run that sees T2
+    committed starts after T2's commit, hence after T1's, so it sees T1 too (in one statement
+    snapshot) and orders it first. Per key, the head row makes writes serial, so key_seq and
+    tick agree. `load` returns only sequenced events.
+    """
+
+    concurrent = True
 
     def __init__(self, url: str, *, schema: str | None = None) -> None:
         dsn, url_schema = _split_schema(url)
@@ -189,6 +272,9 @@ class PostgresStore:
                 "Memory.open('postgresql://user@host:port/db') or $TOKI_PG_DSN)"
             ) from exc
         conn.execute("SET TIME ZONE 'UTC'")
+        # toki sets each write's level itself; its own reads are single statements or
+        # explicit snapshots, so the server's default level must not leak into them
+        conn.execute("SET default_transaction_isolation TO 'read committed'")
         if self.schema is not None:
             conn.execute(
                 sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
@@ -214,6 +300,10 @@ class PostgresStore:
         """Map driver errors onto toki's hierarchy (constraint names; lost connections)."""
         try:
             yield
+        except pg_errors.TransactionRollback:  # 40001 / 40P01: the caller retries
+            raise
+        except _HeadMoved:
+            raise
         except pg_errors.IntegrityError as exc:
             raise ConstraintViolation(_describe(exc)) from exc
         except pg_errors.RestrictViolation as exc:
@@ -222,6 +312,11 @@ class PostgresStore:
             raise StoreError(
                 f"url: PostgreSQL at {mask_dsn(self.dsn)} failed: {str(exc).strip()}; "
                 "nothing uncommitted was kept"
+            ) from exc
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"url: PostgreSQL at {mask_dsn(self.dsn)} refused the statement: "
+                f"{_describe(exc)}; nothing uncommitted was kept"
             ) from exc
 
     def _migrate(self) -> None:
@@ -284,7 +379,7 @@ class PostgresStore:
     ) -> None:
         with self._locked(), self._conn.cursor() as cur:
             if events:
-                with cur.copy("COPY toki_event FROM STDIN") as copy:
+                with cur.copy(f"COPY toki_event ({_EVENT_COLS}) FROM STDIN") as copy:
                     for e in events:
                         copy.write_row(_event_row(e))
                 versions = [_version_row(e) for e in events if e.kind is EventKind.ASSERT]
@@ -347,6 +442,232 @@ class PostgresStore:
                 "UPDATE toki_meta SET value = %s WHERE name = 'watermark'", (str(watermark),)
             )
 
+    # -- the write shell ---------------------------------------------------------------
+
+    def transact(self, keys: frozenset[FactKey], level: Isolation, plan: Plan) -> int:
+        """Run one write at `level`; retry serialization failures, deadlocks and moved heads
+        with bounded jittered backoff; sequence after commit. Returns the retries taken."""
+        ordered = sorted(keys, key=_key_row)
+        self._ensure_heads(ordered)
+        retries = 0
+        while True:
+            try:
+                with self._lock, self._errors():
+                    wrote = self._attempt(ordered, level, plan)
+            except (pg_errors.TransactionRollback, _HeadMoved) as exc:
+                retries += 1
+                if retries > MAX_RETRIES:
+                    raise WriteConflict(
+                        f"write to {', '.join(str(k) for k in ordered)} at {level.value} "
+                        f"still conflicted after {MAX_RETRIES} retries ({_cause(exc)}); "
+                        "nothing was written"
+                    ) from exc
+                time.sleep(random.uniform(0, min(0.2, 0.002 * 2**retries)))
+                continue
+            if wrote:
+                self.sequence()
+            return retries
+
+    def _ensure_heads(self, keys: Sequence[FactKey]) -> None:
+        """Create missing head rows (pos 0) before the write's transaction, so that the
+        transaction only ever updates them (an insert race would be a unique violation)."""
+        cols = [list(c) for c in zip(*(_key_row(k) for k in keys), strict=True)]
+        with self._lock, self._errors():
+            self._live().execute(
+                "INSERT INTO toki_head SELECT a, b, c, d, e, 0 FROM unnest(%s::text[], "
+                "%s::text[], %s::text[], %s::text[], %s::text[]) AS k(a, b, c, d, e) "
+                "ON CONFLICT DO NOTHING",
+                cols,
+            )
+
+    def _attempt(self, keys: Sequence[FactKey], level: Isolation, plan: Plan) -> bool:
+        """One transaction: read the partition, plan, move heads, tick, insert, commit."""
+        conn = self._live()
+        self._depth = 1
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                self._step(
+                    "begin", cur, sql.SQL(f"SET TRANSACTION ISOLATION LEVEL {_LEVELS[level]}")
+                )
+                partition = self._read_partition(cur, keys)
+                events, summaries = plan(partition, 0)
+                if not events:
+                    return False
+                read_pos = {k: 0 for k in keys}
+                for e in partition:
+                    read_pos[e.key] = max(read_pos[e.key], e.key_seq)
+                new_pos: dict[FactKey, int] = {}
+                for e in events:
+                    new_pos[e.key] = max(new_pos.get(e.key, 0), e.key_seq)
+                for key in sorted(new_pos, key=_key_row):
+                    self._step(
+                        "head",
+                        cur,
+                        "UPDATE toki_head SET pos = %s WHERE tenant = %s AND subject = %s "
+                        "AND scope_kind = %s AND scope_key = %s AND fact_key = %s AND pos = %s",
+                        (new_pos[key], *_key_row(key), read_pos.get(key, 0)),
+                    )
+                    if cur.rowcount != 1:
+                        raise _HeadMoved(f"head of {key} moved")
+                row = cur.execute("SELECT nextval('toki_tick')").fetchone()
+                tick = int(row[0]) if row else 0
+                self._step("pending", cur, None, (tick, events))
+                self._write_projection(cur, summaries)
+                self._step("commit", cur, None)
+            return True
+        finally:
+            self._depth = 0
+
+    def _step(self, name: str, cur: psycopg.Cursor[Any], query: Any, params: Any = None) -> None:
+        """One statement of the write (tests inject failures here, by name)."""
+        if name == "pending":
+            tick, events = params
+            with cur.copy(f"COPY toki_pending ({_PENDING_COLS}) FROM STDIN") as copy:
+                for e in events:
+                    copy.write_row((tick, *_event_row(e)[1:]))
+        elif query is not None:
+            cur.execute(query, params)
+
+    def _read_partition(self, cur: psycopg.Cursor[Any], keys: Sequence[FactKey]) -> list[Event]:
+        """The keys' events, sequenced or not, in one statement (one snapshot even at RC)."""
+        cols = [list(c) for c in zip(*(_key_row(k) for k in keys), strict=True)]
+        rows = cur.execute(
+            "WITH k AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], "
+            "%s::text[]) AS k(a, b, c, d, e)) "
+            f"SELECT {EVENT_COLUMNS} FROM toki_event t JOIN k ON t.tenant = k.a "
+            "AND t.subject = k.b AND t.scope_kind = k.c AND t.scope_key = k.d "
+            "AND t.fact_key = k.e UNION ALL "
+            "SELECT 0, key_seq, kind, payload, payload_hash, event_id FROM toki_pending t "
+            "JOIN k ON t.tenant = k.a AND t.subject = k.b AND t.scope_kind = k.c "
+            "AND t.scope_key = k.d AND t.fact_key = k.e",
+            cols,
+        ).fetchall()
+        return list(events_from_rows(rows, self.url))
+
+    def _write_projection(
+        self, cur: psycopg.Cursor[Any], summaries: Mapping[FactKey, KeySummary]
+    ) -> None:
+        """Replace the projection rows of the written keys (the head rows make them ours)."""
+        if not summaries:
+            return
+        cols = list(zip(*(_key_row(k) for k in summaries), strict=True))
+        for table in ("toki_adjudicated", "toki_current"):
+            cur.execute(
+                sql.SQL(
+                    "DELETE FROM {} t USING unnest(%s::text[], %s::text[], %s::text[], "
+                    "%s::text[], %s::text[]) AS k(a, b, c, d, e) WHERE t.tenant = k.a "
+                    "AND t.subject = k.b AND t.scope_kind = k.c AND t.scope_key = k.d "
+                    "AND t.fact_key = k.e"
+                ).format(sql.Identifier(table)),
+                [list(c) for c in cols],
+            )
+        self._insert_summaries(cur, summaries)
+
+    def _insert_summaries(
+        self, cur: psycopg.Cursor[Any], summaries: Mapping[FactKey, KeySummary]
+    ) -> None:
+        cur.executemany(
+            "INSERT INTO toki_current VALUES (%s,%s,%s,%s,%s,%s,%s::text[],%s,%s)",
+            [
+                (
+                    *_key_row(k),
+                    s.value_hash,
+                    list(s.version_ids),
+                    s.open_conflicts,
+                    s.open_intervals,
+                )
+                for k, s in summaries.items()
+            ],
+        )
+        segments = [
+            (*_key_row(k), i, vid, _jsonb(value), value, start, end)
+            for k, s in summaries.items()
+            for i, (vid, value, start, end) in enumerate(s.segments)
+        ]
+        if segments:
+            try:
+                with cur.connection.transaction():  # a savepoint: name the key on failure
+                    cur.executemany(
+                        "INSERT INTO toki_adjudicated VALUES (%s,%s,%s,%s,%s,%s,%s,"
+                        "%s::jsonb,%s,tstzrange(%s,%s,'[)'))",
+                        segments,
+                    )
+            except pg_errors.ExclusionViolation as exc:
+                raise ConstraintViolation(_overlap_message(summaries, exc)) from exc
+
+    def sequence(self) -> int:
+        """Give committed pending events the dense global seq, in (tick, key, key_seq) order,
+        with their chain links; move them into the insert-only log. Returns how many."""
+        with self._lock, self._errors():
+            conn = self._live()
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                cur.execute(
+                    "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_SEQ_CLASS, self.schema)
+                )
+                rows = cur.execute(
+                    "SELECT 0, key_seq, kind, payload, payload_hash, event_id FROM toki_pending "
+                    f"ORDER BY tick, {_KEY_COLS}, key_seq"
+                ).fetchall()
+                if not rows:
+                    return 0
+                last = cur.execute(
+                    "SELECT seq, coalesce(chain, '') FROM toki_event ORDER BY seq DESC LIMIT 1"
+                ).fetchone()
+                seq, prev = (int(last[0]), str(last[1])) if last else (0, "")
+                events = []
+                links = []
+                for e in events_from_rows(rows, self.url):
+                    seq += 1
+                    prev = chain_link(prev, seq, e.event_id, e.payload_hash)
+                    events.append(dataclasses.replace(e, seq=seq))
+                    links.append(prev)
+                with cur.copy(f"COPY toki_event ({_EVENT_COLS}, chain) FROM STDIN") as copy:
+                    for e, link in zip(events, links, strict=True):
+                        copy.write_row((*_event_row(e), link))
+                self._insert_versions(cur, events)
+                cur.execute(
+                    "DELETE FROM toki_pending WHERE event_id = ANY(%s)",
+                    ([e.event_id for e in events],),
+                )
+                cur.execute("UPDATE toki_meta SET value = %s WHERE name = 'watermark'", (str(seq),))
+        return len(events)
+
+    def _insert_versions(self, cur: psycopg.Cursor[Any], events: Sequence[Event]) -> None:
+        versions = [_version_row(e) for e in events if e.kind is EventKind.ASSERT]
+        if versions:  # one statement; a version asserted again keeps its first row
+            cur.execute(
+                "INSERT INTO toki_version SELECT id, t, s, sk, skey, fk, v::jsonb, vj, "
+                "tstzrange(lo, hi, '[)'), rec, src, sh, sup, w, seq FROM unnest("
+                "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
+                "%s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
+                "%s::timestamptz[], %s::text[], %s::text[], %s::text[], "
+                "%s::float8[], %s::bigint[]) AS x(id, t, s, sk, skey, fk, v, vj, lo, hi, "
+                "rec, src, sh, sup, w, seq) ON CONFLICT (id) DO NOTHING",
+                [list(c) for c in zip(*versions, strict=True)],
+            )
+
+    def load_state(self) -> tuple[list[Event], list[Event], int, dict[FactKey, KeySummary]]:
+        """Log, unsequenced events and projection in one REPEATABLE READ snapshot."""
+        with self._lock, self._errors():
+            conn = self._live()
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                rows = cur.execute(
+                    f"SELECT {EVENT_COLUMNS} FROM toki_event ORDER BY seq"
+                ).fetchall()
+                pending = cur.execute(
+                    "SELECT 0, key_seq, kind, payload, payload_hash, event_id FROM toki_pending "
+                    f"ORDER BY tick, {_KEY_COLS}, key_seq"
+                ).fetchall()
+                watermark, projection = self._read_projection(cur)
+        return (
+            list(events_from_rows(rows, self.url)),
+            list(events_from_rows(pending, self.url)),
+            watermark,
+            projection,
+        )
+
     def load(self, after_seq: int = 0) -> Iterator[Event]:
         with self._lock, self._errors():
             rows = (
@@ -366,15 +687,18 @@ class PostgresStore:
 
     def load_projection(self) -> tuple[int, dict[FactKey, KeySummary]]:
         with self._lock, self._errors(), self._snapshot() as cur:
-            wm = cur.execute("SELECT value FROM toki_meta WHERE name = 'watermark'").fetchone()
-            rows = cur.execute(
-                f"SELECT {_KEY_COLS}, value_hash, version_ids, open_conflicts, open_intervals "
-                "FROM toki_current"
-            ).fetchall()
-            segs = cur.execute(
-                f"SELECT {_KEY_COLS}, version_id, value_json, valid_during FROM toki_adjudicated "
-                f"ORDER BY {_KEY_COLS}, ord"
-            ).fetchall()
+            return self._read_projection(cur)
+
+    def _read_projection(self, cur: psycopg.Cursor[Any]) -> tuple[int, dict[FactKey, KeySummary]]:
+        wm = cur.execute("SELECT value FROM toki_meta WHERE name = 'watermark'").fetchone()
+        rows = cur.execute(
+            f"SELECT {_KEY_COLS}, value_hash, version_ids, open_conflicts, open_intervals "
+            "FROM toki_current"
+        ).fetchall()
+        segs = cur.execute(
+            f"SELECT {_KEY_COLS}, version_id, value_json, valid_during FROM toki_adjudicated "
+            f"ORDER BY {_KEY_COLS}, ord"
+        ).fetchall()
         by_key: dict[FactKey, list[tuple[str, str, str | None, str | None]]] = {}
         for tenant, subject, kind, skey, fkey, vid, value, during in segs:
             key = FactKey(tenant, subject, fkey, kind, skey)
@@ -515,3 +839,9 @@ def _describe(exc: psycopg.Error) -> str:
     if diag.constraint_name:
         parts.append(f"constraint {diag.constraint_name}")
     return "; ".join(parts)
+
+
+def _cause(exc: BaseException) -> str:
+    if isinstance(exc, psycopg.Error):
+        return f"SQLSTATE {exc.sqlstate}: {str(exc).strip()}"
+    return str(exc)
