@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -51,6 +51,11 @@ _EVENT_COLS = (
     "version_ids, payload, payload_hash, event_id"
 )
 _PENDING_COLS = "tick" + _EVENT_COLS[len("seq") :]
+_RETRYABLE = (
+    pg_errors.SerializationFailure,  # 40001 (not a TransactionRollback subclass in psycopg)
+    pg_errors.DeadlockDetected,  # 40P01
+    pg_errors.TransactionRollback,
+)
 MAX_RETRIES = 64
 """Serialization failures, deadlocks and moved heads a write retries before WriteConflict."""
 
@@ -201,6 +206,9 @@ CREATE TABLE IF NOT EXISTS toki_pending (
 );
 CREATE SEQUENCE IF NOT EXISTS toki_tick;
 ALTER TABLE toki_event ADD COLUMN IF NOT EXISTS chain text;
+ALTER TABLE toki_version ALTER COLUMN event_seq DROP NOT NULL,
+    DROP CONSTRAINT IF EXISTS toki_version_event_seq_fkey,
+    ADD COLUMN IF NOT EXISTS key_seq bigint;
 """
 
 
@@ -300,9 +308,7 @@ class PostgresStore:
         """Map driver errors onto toki's hierarchy (constraint names; lost connections)."""
         try:
             yield
-        except pg_errors.TransactionRollback:  # 40001 / 40P01: the caller retries
-            raise
-        except _HeadMoved:
+        except (*_RETRYABLE, _HeadMoved):  # 40001 / 40P01 / a moved head: the caller retries
             raise
         except pg_errors.IntegrityError as exc:
             raise ConstraintViolation(_describe(exc)) from exc
@@ -382,18 +388,7 @@ class PostgresStore:
                 with cur.copy(f"COPY toki_event ({_EVENT_COLS}) FROM STDIN") as copy:
                     for e in events:
                         copy.write_row(_event_row(e))
-                versions = [_version_row(e) for e in events if e.kind is EventKind.ASSERT]
-                if versions:  # one statement; a version asserted again keeps its first row
-                    cur.execute(
-                        "INSERT INTO toki_version SELECT id, t, s, sk, skey, fk, v::jsonb, vj, "
-                        "tstzrange(lo, hi, '[)'), rec, src, sh, sup, w, seq FROM unnest("
-                        "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
-                        "%s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
-                        "%s::timestamptz[], %s::text[], %s::text[], %s::text[], "
-                        "%s::float8[], %s::bigint[]) AS x(id, t, s, sk, skey, fk, v, vj, lo, hi, "
-                        "rec, src, sh, sup, w, seq) ON CONFLICT (id) DO NOTHING",
-                        [list(c) for c in zip(*versions, strict=True)],
-                    )
+                self._insert_versions(cur, events, sequenced=True)
             if replace:
                 cur.execute("DELETE FROM toki_adjudicated")
                 cur.execute("DELETE FROM toki_current")
@@ -454,7 +449,7 @@ class PostgresStore:
             try:
                 with self._lock, self._errors():
                     wrote = self._attempt(ordered, level, plan)
-            except (pg_errors.TransactionRollback, _HeadMoved) as exc:
+            except (*_RETRYABLE, _HeadMoved) as exc:
                 retries += 1
                 if retries > MAX_RETRIES:
                     raise WriteConflict(
@@ -512,6 +507,7 @@ class PostgresStore:
                 row = cur.execute("SELECT nextval('toki_tick')").fetchone()
                 tick = int(row[0]) if row else 0
                 self._step("pending", cur, None, (tick, events))
+                self._insert_versions(cur, events, sequenced=False)
                 self._write_projection(cur, summaries)
                 self._step("commit", cur, None)
             return True
@@ -625,7 +621,6 @@ class PostgresStore:
                 with cur.copy(f"COPY toki_event ({_EVENT_COLS}, chain) FROM STDIN") as copy:
                     for e, link in zip(events, links, strict=True):
                         copy.write_row((*_event_row(e), link))
-                self._insert_versions(cur, events)
                 cur.execute(
                     "DELETE FROM toki_pending WHERE event_id = ANY(%s)",
                     ([e.event_id for e in events],),
@@ -633,17 +628,25 @@ class PostgresStore:
                 cur.execute("UPDATE toki_meta SET value = %s WHERE name = 'watermark'", (str(seq),))
         return len(events)
 
-    def _insert_versions(self, cur: psycopg.Cursor[Any], events: Sequence[Event]) -> None:
-        versions = [_version_row(e) for e in events if e.kind is EventKind.ASSERT]
+    def _insert_versions(
+        self, cur: psycopg.Cursor[Any], events: Sequence[Event], *, sequenced: bool
+    ) -> None:
+        """Version rows of the ASSERTs, in the writer's transaction (so that a value the
+        server refuses fails the write, never the sequencer); event_seq is set only for
+        events written already sequenced, (key, key_seq) always names the event."""
+        versions = [_version_row(e, sequenced) for e in events if e.kind is EventKind.ASSERT]
         if versions:  # one statement; a version asserted again keeps its first row
             cur.execute(
-                "INSERT INTO toki_version SELECT id, t, s, sk, skey, fk, v::jsonb, vj, "
-                "tstzrange(lo, hi, '[)'), rec, src, sh, sup, w, seq FROM unnest("
+                "INSERT INTO toki_version (id, tenant, subject, scope_kind, scope_key, "
+                "fact_key, value, value_json, valid_during, recorded_at, source_id, "
+                "source_hash, supersedes, weight, event_seq, key_seq) "
+                "SELECT id, t, s, sk, skey, fk, v::jsonb, vj, "
+                "tstzrange(lo, hi, '[)'), rec, src, sh, sup, w, seq, kseq FROM unnest("
                 "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
                 "%s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
                 "%s::timestamptz[], %s::text[], %s::text[], %s::text[], "
-                "%s::float8[], %s::bigint[]) AS x(id, t, s, sk, skey, fk, v, vj, lo, hi, "
-                "rec, src, sh, sup, w, seq) ON CONFLICT (id) DO NOTHING",
+                "%s::float8[], %s::bigint[], %s::bigint[]) AS x(id, t, s, sk, skey, fk, v, vj, "
+                "lo, hi, rec, src, sh, sup, w, seq, kseq) ON CONFLICT (id) DO NOTHING",
                 [list(c) for c in zip(*versions, strict=True)],
             )
 
@@ -750,13 +753,16 @@ def _split_schema(url: str) -> tuple[str, str | None]:
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     schema = next((v for k, v in query if k == "schema"), None)
-    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    rest = urlencode([(k, v) for k, v in query if k != "schema"], quote_via=quote)  # libpq: no '+'
+
     return urlunsplit(parts._replace(query=rest)), schema or None
 
 
 def _with_schema(dsn: str, schema: str) -> str:
     parts = urlsplit(dsn)
-    query = urlencode([*parse_qsl(parts.query, keep_blank_values=True), ("schema", schema)])
+    query = urlencode(
+        [*parse_qsl(parts.query, keep_blank_values=True), ("schema", schema)], quote_via=quote
+    )
     return urlunsplit(parts._replace(query=query))
 
 
@@ -778,7 +784,7 @@ def _event_row(e: Event) -> tuple[Any, ...]:
     )
 
 
-def _version_row(e: Event) -> tuple[Any, ...]:
+def _version_row(e: Event, sequenced: bool) -> tuple[Any, ...]:
     v = e.version
     if v is None:  # pragma: no cover - event_from_record and make_event always set it
         raise IntegrityError(f"event seq {e.seq}: an ASSERT without its version")
@@ -795,7 +801,8 @@ def _version_row(e: Event) -> tuple[Any, ...]:
         v.source_hash,
         v.supersedes,
         float(v.weight),
-        e.seq,
+        e.seq if sequenced else None,
+        e.key_seq,
     )
 
 
