@@ -54,7 +54,9 @@ class StubServer:
                     threading.Event().wait(stub.timeout_sleep)
                     return self._send(200, stub._completion(body, "late"))
                 if action == "429":
-                    return self._send(429, {"error": {"message": "slow down"}}, {"Retry-After": "0"})
+                    return self._send(
+                        429, {"error": {"message": "slow down"}}, {"Retry-After": "0"}
+                    )
                 if action in ("500", "503", "400", "401"):
                     return self._send(int(action), {"error": {"message": f"stub {action}"}})
                 if action == "garbage":
@@ -63,10 +65,14 @@ class StubServer:
                     return self._send(200, {"error": {"message": "model overloaded"}})
                 return self._send(200, stub._completion(body, stub.responder(body)))
 
-            def _send(self, status: int, data: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+            def _send(
+                self, status: int, data: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
                 self._send_raw(status, json.dumps(data).encode(), headers)
 
-            def _send_raw(self, status: int, raw: bytes, headers: dict[str, str] | None = None) -> None:
+            def _send_raw(
+                self, status: int, raw: bytes, headers: dict[str, str] | None = None
+            ) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(raw)))
@@ -89,8 +95,13 @@ class StubServer:
             "id": "stub",
             "object": "chat.completion",
             "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": "stop"}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
             "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": len(text.split())},
         }
 

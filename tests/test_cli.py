@@ -92,8 +92,10 @@ def test_check_reads_elle_edn_and_json_and_exits_by_verdict(
     assert main(["check", str(edn), "--consistency-model", "serializable"]) == 0
     assert "valid? true" in capsys.readouterr().out
     js = Path(tmp_path) / "h.txt"  # no telling suffix: detected from the content
-    js.write_text('[{"index":0,"process":0,"type":"invoke","value":[["r","x",null]]},\n'
-                  ' {"index":1,"process":0,"type":"ok","value":[["r","x",[]]]}]\n')
+    js.write_text(
+        '[{"index":0,"process":0,"type":"invoke","value":[["r","x",null]]},\n'
+        ' {"index":1,"process":0,"type":"ok","value":[["r","x",[]]]}]\n'
+    )
     assert main(["check", str(js), "--json"]) == 3  # empty graph: unknown
     report = json.loads(capsys.readouterr().out)
     assert report["format"] == "elle-json" and report["valid?"] == "unknown"
@@ -107,12 +109,15 @@ def test_check_options_reach_the_register_inference(
     from pathlib import Path
 
     h = Path(tmp_path) / "wfr.edn"
-    h.write_text("{:index 0 :process 0 :type :ok :value [[:r :y 1] [:w :x 1] [:w :y 2]]}\n"
-                 "{:index 1 :process 0 :type :ok :value [[:r :x 1] [:r :y 1]]}\n")
+    h.write_text(
+        "{:index 0 :process 0 :type :ok :value [[:r :y 1] [:w :x 1] [:w :y 2]]}\n"
+        "{:index 1 :process 0 :type :ok :value [[:r :x 1] [:r :y 1]]}\n"
+    )
     assert main(["check", str(h), "--consistency-model", "serializable"]) == 0
     capsys.readouterr()
-    assert main(["check", str(h), "--consistency-model", "serializable", "--wfr-keys",
-                 "--json"]) == 1
+    assert (
+        main(["check", str(h), "--consistency-model", "serializable", "--wfr-keys", "--json"]) == 1
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["anomaly-types"] == ["G-single-item"]
     assert report["options"]["wfr-keys"] is True
@@ -123,10 +128,16 @@ def test_check_options_reach_the_register_inference(
     ("text", "args", "message"),
     [
         ("{:type :ok :process 0 :value [[:r :x [1 2]]}\n", [], "h.edn line 1: invalid EDN"),
-        ("{:type :ok :process 0 :value [[:w :x 1]]}\n", ["--consistency-model", "nope"],
-         "unknown model 'nope'"),
-        ("{:type :ok :process 0 :value [[:w :x 1]]}\n", ["--workload", "list-append"],
-         "the history is rw-register"),
+        (
+            "{:type :ok :process 0 :value [[:w :x 1]]}\n",
+            ["--consistency-model", "nope"],
+            "unknown model 'nope'",
+        ),
+        (
+            "{:type :ok :process 0 :value [[:w :x 1]]}\n",
+            ["--workload", "list-append"],
+            "the history is rw-register",
+        ),
     ],
 )
 def test_check_bad_input_is_one_line_and_exit_2(
@@ -155,16 +166,27 @@ def test_check_toki_history_exits_1_when_a_check_finds_an_anomaly(
         {"type": "op", "txn": "t1", "kind": "write", "key": "a", "value": "Bob", "at": 2},
         {"type": "op", "txn": "t1", "kind": "commit", "at": 3},
         {"type": "op", "txn": "t2", "kind": "begin", "at": 4},
-        {"type": "op", "txn": "t2", "kind": "read", "key": "a", "value": "Bob", "version": 2,
-         "at": 5},
+        {
+            "type": "op",
+            "txn": "t2",
+            "kind": "read",
+            "key": "a",
+            "value": "Bob",
+            "version": 2,
+            "at": 5,
+        },
         {"type": "op", "txn": "t2", "kind": "commit", "at": 6},
     ]
     clean = write_history(Path(tmp_path) / "clean.jsonl", {"system": "mine"}, ops)
-    erased = write_history(Path(tmp_path) / "erased.jsonl", {"system": "mine"}, [
-        *ops,
-        {"type": "belief", "at": 3, "key": "a", "value": "Bob"},
-        {"type": "recoverable", "key": "a", "values": ["Carol"]},
-    ])
+    erased = write_history(
+        Path(tmp_path) / "erased.jsonl",
+        {"system": "mine"},
+        [
+            *ops,
+            {"type": "belief", "at": 3, "key": "a", "value": "Bob"},
+            {"type": "recoverable", "key": "a", "values": ["Carol"]},
+        ],
+    )
     assert main(["check", str(clean), "--consistency-model", "serializable", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["valid?"] is True
     assert main(["check", str(erased)]) == 1

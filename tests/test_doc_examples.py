@@ -14,14 +14,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-BLOCK = re.compile(r"(<!-- example: not run \((?P<why>[^)]*)\) -->\n)?```python\n(?P<code>.*?)```",
-                   re.S)
+BLOCK = re.compile(
+    r"(<!-- example: not run \((?P<why>[^)]*)\) -->\n)?```python\n(?P<code>.*?)```", re.S
+)
 
 
 def blocks(page: Path) -> list[tuple[int, str | None, str]]:
     text = page.read_text(encoding="utf-8")
-    return [(text.count("\n", 0, m.start("code")) + 1, m.group("why"), m.group("code"))
-            for m in BLOCK.finditer(text)]
+    return [
+        (text.count("\n", 0, m.start("code")) + 1, m.group("why"), m.group("code"))
+        for m in BLOCK.finditer(text)
+    ]
 
 
 RUNNABLE = [p for p in PAGES if any(why is None for _, why, _ in blocks(p))]

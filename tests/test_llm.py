@@ -267,12 +267,23 @@ def test_bad_prompts_and_configs_are_refused() -> None:
         LLMConfig("http://127.0.0.1/v1", " ")
 
 
-@given(st.one_of(st.text(max_size=200), st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.sampled_from(["choices", "message", "content", "usage", "error", "x"]), inner,
-        max_size=4),
-    max_leaves=12).map(json.dumps)))
+@given(
+    st.one_of(
+        st.text(max_size=200),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(
+                    st.sampled_from(["choices", "message", "content", "usage", "error", "x"]),
+                    inner,
+                    max_size=4,
+                )
+            ),
+            max_leaves=12,
+        ).map(json.dumps),
+    )
+)
 def test_parse_completion_never_raises(body: str) -> None:
     text, problem, t_in, t_out, _ = parse_completion(body)
     assert (text is None) == (problem is not None)

@@ -48,8 +48,13 @@ def test_benchmarks_readme_is_up_to_date() -> None:
 
 
 def _copy_inputs(dst: Path) -> None:
-    for rel in ("proofs/results.json", "docs/laws.md", "docs/anomalies.md",
-                "verdict_matrix/calibration.csv", "paper/data/locomo_ablations.json"):
+    for rel in (
+        "proofs/results.json",
+        "docs/laws.md",
+        "docs/anomalies.md",
+        "verdict_matrix/calibration.csv",
+        "paper/data/locomo_ablations.json",
+    ):
         if (ROOT / rel).exists():
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(ROOT / rel, dst / rel)
@@ -88,8 +93,11 @@ def test_a_number_in_the_text_is_a_macro_from_the_results() -> None:
     res = json.loads((ROOT / "proofs" / "results.json").read_text())
     assert rf"\newcommand{{\tkProofCount}}{{{len(res)}}}" in macros
     tex = (ROOT / "paper" / "toki.tex").read_text()
-    used = {line.split("{\\tk", 1)[1].split("}", 1)[0]
-            for line in macros.splitlines() if line.startswith("\\newcommand{\\tk")}
+    used = {
+        line.split("{\\tk", 1)[1].split("}", 1)[0]
+        for line in macros.splitlines()
+        if line.startswith("\\newcommand{\\tk")
+    }
     for name in ("ProofCount", "CalibMAD", "LocomoTypedDiff", "CheckSeconds"):
         assert name in used and f"\\tk{name}" in tex
 

@@ -378,11 +378,21 @@ IVAN = FactKey(tenant="crm", subject="people:ivan", fact_key="city")
 
 def _berlin_split_by_prague(mem: Memory) -> tuple[FactKey, FactVersion]:
     """Berlin from 1 Sep, then learned on 1 Nov: Prague 1-14 Oct (a segment split)."""
-    berlin = mem.assert_fact(IVAN, "Berlin", valid_from="2026-09-01T00:00:00Z",
-                             recorded_at="2026-09-02T00:00:00Z", source_id="m1")
-    mem.insert_segment(IVAN, "Prague", valid_from="2026-10-01T00:00:00Z",
-                       valid_to="2026-10-15T00:00:00Z", recorded_at="2026-11-01T00:00:00Z",
-                       source_id="m2")
+    berlin = mem.assert_fact(
+        IVAN,
+        "Berlin",
+        valid_from="2026-09-01T00:00:00Z",
+        recorded_at="2026-09-02T00:00:00Z",
+        source_id="m1",
+    )
+    mem.insert_segment(
+        IVAN,
+        "Prague",
+        valid_from="2026-10-01T00:00:00Z",
+        valid_to="2026-10-15T00:00:00Z",
+        recorded_at="2026-11-01T00:00:00Z",
+        source_id="m2",
+    )
     return IVAN, berlin
 
 

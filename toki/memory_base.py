@@ -191,7 +191,11 @@ class MemoryBase:
             self._retries += retries
             if made:
                 self._writes += 1
-                self._catch_up()
+                if not self._concurrent and made[0].seq == self._log.last_seq + 1:
+                    for event in made:  # one writer, nothing new in between: ours are next
+                        self._fold(event)
+                else:
+                    self._catch_up()
         return made
 
     # -- input helpers ---------------------------------------------------------------------

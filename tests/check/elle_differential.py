@@ -68,9 +68,14 @@ def run_case(case: dict[str, Any]) -> Outcome:
         sequential_keys=opts.get("sequential-keys", False),
         linearizable_keys=opts.get("linearizable-keys", False),
     )
-    got = {k: v for k, v in v.to_json().items() if k in ("valid?", "anomaly-types", "not", "also-not")}
-    compared = tuple(f for f in case["compare"] if f == "valid?" or f in case["expected"]
-                     or case["expected"].get("valid?") is True)
+    got = {
+        k: v for k, v in v.to_json().items() if k in ("valid?", "anomaly-types", "not", "also-not")
+    }
+    compared = tuple(
+        f
+        for f in case["compare"]
+        if f == "valid?" or f in case["expected"] or case["expected"].get("valid?") is True
+    )
     return Outcome(case["name"], case["source"], case["expected"], got, compared)
 
 
@@ -92,8 +97,10 @@ def table(outcomes: list[Outcome]) -> str:
     ]
     for f in fields:
         judged = [o.agrees(f) for o in outcomes if o.agrees(f) is not None]
-        rows.append(f"- `{f}`: toki agrees on {sum(judged)} of {len(judged)} cases "
-                    f"({100 * sum(judged) / len(judged):.0f}%)")
+        rows.append(
+            f"- `{f}`: toki agrees on {sum(judged)} of {len(judged)} cases "
+            f"({100 * sum(judged) / len(judged):.0f}%)"
+        )
     rows += [
         "",
         "| case | Elle's verdict | toki's verdict | valid? | types | not | also-not |",
@@ -106,8 +113,11 @@ def table(outcomes: list[Outcome]) -> str:
             + " |"
         )
     rows.append("")
-    rows.append("Sources: " + "; ".join(sorted({o.source.split(" (")[0].split(" test/")[0]
-                                                  for o in outcomes})) + " (see tests/check/elle_data/README.md).")
+    rows.append(
+        "Sources: "
+        + "; ".join(sorted({o.source.split(" (")[0].split(" test/")[0] for o in outcomes}))
+        + " (see tests/check/elle_data/README.md)."
+    )
     return "\n".join(rows)
 
 

@@ -477,8 +477,11 @@ def test_cycles_match_brute_force_on_small_histories(seed: int, ntx: int, nkeys:
         classes = {cls for (ci, cls) in shortest if ci == c}
         skipped = set().union(*(IMPLIED_BY_FOUND.get(cls, set()) for cls in classes))
         for cls in ("G0", "G1c", "G-single", "G-nonadjacent", "G2-item"):
-            lengths = [len(a.cycle) for a in found
-                       if a.name == cls and a.cycle and comp[a.cycle[0].src] == c]
+            lengths = [
+                len(a.cycle)
+                for a in found
+                if a.name == cls and a.cycle and comp[a.cycle[0].src] == c
+            ]
             if cls in classes and cls not in skipped:
                 assert lengths and min(lengths) == shortest[(c, cls)], (cls, lengths)
             else:

@@ -101,8 +101,10 @@ def test_n2_has_no_false_alarm_when_orders_are_sampled() -> None:
     wl = synthetic(agents=3, claims_per_agent=3, keys=1, seed=1)
     judge = SimJudge(0.5, 1)
     program = build_program(model, wl, judge=judge)
-    verdicts = [check_run(model, wl, run, judge, RECOVERY, ("N2",))["N2"]
-                for run in iter_runs(program, DPOR(), budget=20)]
+    verdicts = [
+        check_run(model, wl, run, judge, RECOVERY, ("N2",))["N2"]
+        for run in iter_runs(program, DPOR(), budget=20)
+    ]
     assert not any(v.found for v in verdicts)
     assert all(v.ran for v in verdicts)
     assert {v.details["serial_orders"] for v in verdicts} == {1680}
@@ -122,8 +124,10 @@ def test_n2_is_undecided_not_clean_when_orders_are_too_many(
     wl = synthetic(agents=3, claims_per_agent=3, keys=1, seed=1)
     judge = SimJudge(0.5, 1)
     program = build_program(model, wl, judge=judge)
-    verdicts = [check_run(model, wl, run, judge, RECOVERY, ("N2",))["N2"]
-                for run in iter_runs(program, DPOR(), budget=30)]
+    verdicts = [
+        check_run(model, wl, run, judge, RECOVERY, ("N2",))["N2"]
+        for run in iter_runs(program, DPOR(), budget=30)
+    ]
     anomalies._SERIAL_CACHE.clear()
     assert not any(v.found for v in verdicts)
     assert any(v.undecided for v in verdicts)
@@ -133,10 +137,14 @@ def test_n2_is_undecided_not_clean_when_orders_are_too_many(
 
 def test_serial_cache_does_not_mix_workloads_that_share_claim_ids() -> None:
     """Two claims with the same id but different weights must not share serial outcomes."""
-    light = Workload("w", ((SimClaim("k", "A", cid="a", weight=1.0),),
-                           (SimClaim("k", "B", cid="b", weight=0.5),)))
-    heavy = Workload("w", ((SimClaim("k", "A", cid="a", weight=1.0),),
-                           (SimClaim("k", "B", cid="b", weight=5.0),)))
+    light = Workload(
+        "w",
+        ((SimClaim("k", "A", cid="a", weight=1.0),), (SimClaim("k", "B", cid="b", weight=0.5),)),
+    )
+    heavy = Workload(
+        "w",
+        ((SimClaim("k", "A", cid="a", weight=1.0),), (SimClaim("k", "B", cid="b", weight=5.0),)),
+    )
     model = TokiModel("EWM")
     results = []
     for wl in (light, heavy):
@@ -165,7 +173,9 @@ def test_n2_serial_orders_keep_each_agents_order() -> None:
     for run in iter_runs(build_program(letta, wl, judge=judge), DPOR(), budget=2000):
         live = letta.beliefs(dict(run.state), wl.keys)
         key = (live["k1"]["value"], live["k2"]["value"])
-        outcomes.setdefault(key, []).append(check_run(letta, wl, run, judge, recovery, ("N2",))["N2"].found)
+        outcomes.setdefault(key, []).append(
+            check_run(letta, wl, run, judge, recovery, ("N2",))["N2"].found
+        )
     assert len(outcomes[("A", "X")]) == 30 and all(outcomes[("A", "X")])
     assert not any(outcomes[("B", "X")])  # the serial outcome of both orders that keep A < B
 
@@ -253,7 +263,9 @@ def test_a_recovery_that_never_asks_the_judge_reports_zero_calls() -> None:
     for name, asks in (("mem0-1.0.11", False), ("letta", False), ("graphiti", True)):
         system = get_system(name)
         calls = [
-            check_run(system, wl, run, JUDGE, RECOVERY, ("N1",))["N1"].details["recovery_judge_calls"]
+            check_run(system, wl, run, JUDGE, RECOVERY, ("N1",))["N1"].details[
+                "recovery_judge_calls"
+            ]
             for run in iter_runs(build_program(system, wl, judge=JUDGE), DPOR(), budget=100)
         ]
         assert (max(calls) > 0) == asks, name
@@ -268,7 +280,8 @@ def test_serial_draws_counts_the_judge_draws_that_reach_a_flagged_state() -> Non
     system, wl = get_system("mem0-1.0.11"), scenario("lisbon-berlin")
     judge = SimJudge(0.5, 1)
     flagged = next(
-        run for run in iter_runs(build_program(system, wl, judge=judge), DPOR(), budget=300)
+        run
+        for run in iter_runs(build_program(system, wl, judge=judge), DPOR(), budget=300)
         if check_run(system, wl, run, judge, RECOVERY, ("N2",))["N2"].found
     )
     assert serial_draws(system, wl, flagged, [1], 0.5) == 0  # flagged: not under its own draw

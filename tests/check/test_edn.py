@@ -32,10 +32,11 @@ def _form(depth: int) -> Any:
         SCALARS,
         st.lists(inner, max_size=4).map(lambda xs: ("[", xs, "]")),
         st.lists(inner, max_size=3).map(lambda xs: ("(", xs, ")")),
-        st.lists(st.tuples(KEYWORDS.map(lambda k: ":" + k), inner), max_size=3,
-                 unique_by=lambda kv: kv[0]).map(
-            lambda kvs: ("{", [x for kv in kvs for x in kv], "}")
-        ),
+        st.lists(
+            st.tuples(KEYWORDS.map(lambda k: ":" + k), inner),
+            max_size=3,
+            unique_by=lambda kv: kv[0],
+        ).map(lambda kvs: ("{", [x for kv in kvs for x in kv], "}")),
     )
 
 
@@ -69,9 +70,9 @@ def test_fast_path_reads_what_edn_format_reads(
 
 
 def test_the_fast_path_takes_jepsens_lines_and_leaves_the_rest_to_edn_format() -> None:
-    jepsen = '{:type :ok, :f :txn, :value [[:append 5 17] [:r 6 [1 2]] [:r 7 nil]], :time 1, :process 3, :index 7}\n'
+    jepsen = "{:type :ok, :f :txn, :value [[:append 5 17] [:r 6 [1 2]] [:r 7 nil]], :time 1, :process 3, :index 7}\n"
     assert edn._fast(jepsen) is not None
-    for outside in ['{:a \\c}\n', '{:a 12N}\n', '{:a #inst "2020-01-01"}\n', '{:a foo}\n']:
+    for outside in ["{:a \\c}\n", "{:a 12N}\n", '{:a #inst "2020-01-01"}\n', "{:a foo}\n"]:
         assert edn._fast(outside) is None
         assert edn.parse_chunk(outside) == edn._slow(outside)
 
@@ -134,7 +135,8 @@ def test_the_benchmarks_elle_shaped_history_reads_alike_in_every_format(tmp_path
     assert jl == ja == ed and len(jl.txns) == 400
     assert max(len(t.ops) for t in jl.txns) == 4
     overlapping = sum(
-        1 for a, b in zip(jl.txns, jl.txns[1:], strict=False)
+        1
+        for a, b in zip(jl.txns, jl.txns[1:], strict=False)
         if b.start_index is not None and a.end_index is not None and b.start_index < a.end_index
     )
     assert overlapping > 50  # the processes really run concurrently

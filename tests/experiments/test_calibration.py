@@ -51,8 +51,9 @@ def test_calibration_is_deterministic_for_a_seed_and_any_worker_count() -> None:
 
 
 def _cell(p: float, runs: int, hits: int) -> CalibrationCell:
-    return CalibrationCell(p, False, runs, hits, hits / runs, 0, 1, predicted_rate(p, False), 1,
-                           False)
+    return CalibrationCell(
+        p, False, runs, hits, hits / runs, 0, 1, predicted_rate(p, False), 1, False
+    )
 
 
 def test_noise_mad_is_the_expected_deviation_of_a_binomial_sample() -> None:

@@ -45,8 +45,13 @@ def _cell(anomaly: str = "N2", **kw: Any) -> CellData:
 
 
 def test_admits_needs_a_witness_that_replays() -> None:
-    hits = {"found": (3, 1), "checked": (10, 10), "rates": (0.3, 0.1), "dpor_workloads": 1,
-            "dpor_exhausted": 1}
+    hits = {
+        "found": (3, 1),
+        "checked": (10, 10),
+        "rates": (0.3, 0.1),
+        "dpor_workloads": 1,
+        "dpor_exhausted": 1,
+    }
     assert decide(_cell(**hits))["verdict"] == "undecided"  # counted, but no witness
     unreplayed = decide(_cell(**hits, witness="witnesses/sys-N2.json"))
     assert unreplayed["verdict"] == "undecided" and unreplayed["witness"] == ""
@@ -56,18 +61,37 @@ def test_admits_needs_a_witness_that_replays() -> None:
     assert (row["rate"], row["ci_low"], row["ci_high"]) == (ci.estimate, ci.low, ci.high)
     assert (row["draw_min"], row["draw_max"], row["draws"]) == (0.1, 0.3, 2)
     # found only by a DPOR exploration cut off by its budget: admits, with no rate from it
-    cut = decide(_cell(found=(0,), checked=(24,), rates=(0.0,), outside=2, witness="w.json",
-                       witness_replays=True))
+    cut = decide(
+        _cell(
+            found=(0,),
+            checked=(24,),
+            rates=(0.0,),
+            outside=2,
+            witness="w.json",
+            witness_replays=True,
+        )
+    )
     assert cut["verdict"] == "admits" and "cut off" in cut["reason"] and cut["rate"] == 0.0
 
 
 def test_excludes_only_when_every_dpor_workload_finished() -> None:
-    done = decide(_cell(found=(0, 0), checked=(5, 5), rates=(0.0, 0.0), dpor_workloads=3,
-                        dpor_exhausted=3))
+    done = decide(
+        _cell(found=(0, 0), checked=(5, 5), rates=(0.0, 0.0), dpor_workloads=3, dpor_exhausted=3)
+    )
     assert (done["verdict"], done["mode"], done["power"]) == ("excludes", "exhaustive", 1.0)
     for n in (10, 100, 10_000):  # however many runs: a sample never excludes
-        row = decide(_cell(found=(0,), checked=(n,), rates=(0.0,), sampled_runs=n,
-                           dpor_workloads=3, dpor_exhausted=2), alpha=0.05, power_rate=0.05)
+        row = decide(
+            _cell(
+                found=(0,),
+                checked=(n,),
+                rates=(0.0,),
+                sampled_runs=n,
+                dpor_workloads=3,
+                dpor_exhausted=2,
+            ),
+            alpha=0.05,
+            power_rate=0.05,
+        )
         assert (row["verdict"], row["mode"]) == ("not found", "sampled")
         assert row["ci_high"] == pytest.approx(zero_upper_bound(n, 0.025))
         assert row["power"] == pytest.approx(detection_power(n, 0.05))
@@ -75,14 +99,27 @@ def test_excludes_only_when_every_dpor_workload_finished() -> None:
 
 
 def test_no_rate_where_nothing_was_measured() -> None:
-    strong = {"found": (9,), "checked": (9,), "rates": (1.0,), "witness": "w.json",
-              "witness_replays": True}
+    strong = {
+        "found": (9,),
+        "checked": (9,),
+        "rates": (1.0,),
+        "witness": "w.json",
+        "witness_replays": True,
+    }
     row = decide(_cell(**strong, abstain_reason="records neither inputs nor decisions"))
     assert row["verdict"] == "abstains" and "records neither" in row["reason"]
     assert row["witness"] == "" and row["runs"] == 0
     assert all(math.isnan(row[k]) for k in ("rate", "ci_low", "ci_high", "draw_min"))
-    undecided = decide(_cell(found=(0,), checked=(10,), undecided=(4,), rates=(0.0,),
-                             dpor_workloads=1, dpor_exhausted=1))
+    undecided = decide(
+        _cell(
+            found=(0,),
+            checked=(10,),
+            undecided=(4,),
+            rates=(0.0,),
+            dpor_workloads=1,
+            dpor_exhausted=1,
+        )
+    )
     assert undecided["verdict"] == "undecided" and undecided["undecided"] == 4
     assert math.isnan(undecided["rate"])  # undecided runs are never counted as clean
 
@@ -102,11 +139,26 @@ def test_n1_is_a_check_only_when_recovery_never_asked_a_judge_that_was_used() ->
 
 
 def test_a_crash_cell_admits_what_its_fault_free_cell_admits() -> None:
-    free = {"system": "s", "anomaly": "N2", "faults": "none", "verdict": "admits",
-            "witness": "witnesses/s-N2.json"}
-    crash = {"system": "s", "anomaly": "N2", "faults": "crash", "verdict": "not found",
-             "runs": 40, "reason": "0 of 40", "rate": 0.0, "ci_low": 0.0, "ci_high": 0.1,
-             "mode": "sampled", "witness": ""}
+    free = {
+        "system": "s",
+        "anomaly": "N2",
+        "faults": "none",
+        "verdict": "admits",
+        "witness": "witnesses/s-N2.json",
+    }
+    crash = {
+        "system": "s",
+        "anomaly": "N2",
+        "faults": "crash",
+        "verdict": "not found",
+        "runs": 40,
+        "reason": "0 of 40",
+        "rate": 0.0,
+        "ci_low": 0.0,
+        "ci_high": 0.1,
+        "mode": "sampled",
+        "witness": "",
+    }
     out = inherit_fault_free([free, crash])
     assert out[1]["verdict"] == "admits" and out[1]["mode"] == "fault-free"
     assert out[1]["witness"] == free["witness"] and math.isnan(out[1]["rate"])
@@ -143,12 +195,14 @@ def test_plan_covers_faults_draws_and_capacity_limits() -> None:
 
 def test_a_workload_is_dpor_in_every_draw_or_in_none() -> None:
     config = load_config(CONFIG)
-    task = next(t for t in plan(config, "small", ["zep"]) if t["workload"]["name"] == "manager"
-                and t["fault"] == "none")
+    task = next(
+        t
+        for t in plan(config, "small", ["zep"])
+        if t["workload"]["name"] == "manager" and t["fault"] == "none"
+    )
     cut = run_task({**task, "budget": {**task["budget"], "dpor": 20}})
     assert {d["mode"] for d in cut["draws"]} == {"sampled"} and cut["dpor_cut_after"] == 20
-    assert all(d["runs"] == task["budget"]["random"] + task["budget"]["pct"]
-               for d in cut["draws"])
+    assert all(d["runs"] == task["budget"]["random"] + task["budget"]["pct"] for d in cut["draws"])
     done = run_task({**task, "budget": {**task["budget"], "dpor": 5000}})
     assert {d["mode"] for d in done["draws"]} == {"exhaustive"} and done["dpor_cut_after"] == 0
 

@@ -75,7 +75,8 @@ def test_real_rows_stand_beside_their_model_and_regenerate_identically(
     assert {r["kind"] for r in rows[4:]} == {"real"} and rows[0]["kind"] == "model"
     table = _read(first / "agreement.csv")
     assert [(r["real"], r["anomaly"]) for r in table] == [
-        (s, a) for s in ("toki-memory", "toki-sqlite") for a in ("N1", "RD", "N2", "N3")]
+        (s, a) for s in ("toki-memory", "toki-sqlite") for a in ("N1", "RD", "N2", "N3")
+    ]
     for name in ("matrix.csv", "agreement.csv", "agreement.md"):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     # the in-process store's lock is a no-op (docs/real.md): the real row admits RD with a
@@ -98,10 +99,27 @@ def test_agreement_rule() -> None:
 
 def test_a_disagreement_without_a_resolution_is_unresolved() -> None:
     rows = [
-        {"system": "m", "faults": "none", "anomaly": "N2", "verdict": "admits", "mode": "x",
-         "rate": 0.5, "ci_low": 0.1, "ci_high": 0.9},
-        {"system": "nobody (real)", "faults": "none", "anomaly": "N2", "verdict": "excludes",
-         "mode": "exhaustive", "rate": 0.0, "ci_low": 0.0, "ci_high": 0.0, "version": "v"},
+        {
+            "system": "m",
+            "faults": "none",
+            "anomaly": "N2",
+            "verdict": "admits",
+            "mode": "x",
+            "rate": 0.5,
+            "ci_low": 0.1,
+            "ci_high": 0.9,
+        },
+        {
+            "system": "nobody (real)",
+            "faults": "none",
+            "anomaly": "N2",
+            "verdict": "excludes",
+            "mode": "exhaustive",
+            "rate": 0.0,
+            "ci_low": 0.0,
+            "ci_high": 0.0,
+            "version": "v",
+        },
     ]
     (row,) = rm.agreement(rows, [("m", "nobody")])
     assert row["agree"] == "no" and row["resolution"] == "unresolved"
@@ -116,7 +134,8 @@ def test_a_missing_environment_is_named_with_its_setup_command(
     ready, missing = rm.missing_real(rm.real_pairs(["graphiti", "toki"]))
     assert ready == [("toki", "toki-memory"), ("toki", "toki-sqlite")]
     assert missing == [
-        "graphiti-0.31.2: no environment (create it with `toki real setup graphiti-0.31.2`)"]
+        "graphiti-0.31.2: no environment (create it with `toki real setup graphiti-0.31.2`)"
+    ]
 
 
 def test_the_committed_agreement_table_has_no_unresolved_disagreement() -> None:

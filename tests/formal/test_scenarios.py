@@ -80,10 +80,22 @@ def _n2_scenario(result: Any) -> dict[str, Any] | None:
     from toki.isolation import Isolation
 
     op = scenario["operator"]
-    h = History(result.bounds["k"], Isolation(scenario["level"]), op, policy_txn=op == "RULE",
-                variant=Variant(**result.bounds.get("variant", {})))
-    again = refute(result.name, "N2", h.axioms, h.n2(), expected=Status.COUNTEREXAMPLE,
-                   bounds={}, describe=h.describe)
+    h = History(
+        result.bounds["k"],
+        Isolation(scenario["level"]),
+        op,
+        policy_txn=op == "RULE",
+        variant=Variant(**result.bounds.get("variant", {})),
+    )
+    again = refute(
+        result.name,
+        "N2",
+        h.axioms,
+        h.n2(),
+        expected=Status.COUNTEREXAMPLE,
+        bounds={},
+        describe=h.describe,
+    )
     return again.scenario
 
 

@@ -28,15 +28,28 @@ JUDGE, RECOVERY = SimJudge(0.5, 1), SimJudge(0.5, 99)
 
 def _workload(scenario: dict[str, Any]) -> Workload:
     claims = [
-        SimClaim("k0", str(c["value"]), start=0, recorded=int(c["recorded_at"]),
-                 weight=float(c["weight"]), source=str(c["source"]), cid=str(c["id"]))
+        SimClaim(
+            "k0",
+            str(c["value"]),
+            start=0,
+            recorded=int(c["recorded_at"]),
+            weight=float(c["weight"]),
+            source=str(c["source"]),
+            cid=str(c["id"]),
+        )
         for c in scenario["claims"]
     ]
     return Workload("z3-counterexample", tuple((c,) for c in claims))
 
 
-def _found(model: TokiModel, workload: Workload, level: Isolation, anomaly: str,
-           store: Any = SimStore, budget: int = 400) -> tuple[bool, bool]:
+def _found(
+    model: TokiModel,
+    workload: Workload,
+    level: Isolation,
+    anomaly: str,
+    store: Any = SimStore,
+    budget: int = 400,
+) -> tuple[bool, bool]:
     """(anomaly found, exploration finished within the budget)."""
     program = build_program(model, workload, level=level, judge=JUDGE, store_factory=store)
     runs = 0

@@ -139,8 +139,9 @@ def test_cli_ablate_json_limit(
     assert {r["ablation"] for r in rows} == {"audit_rows"}
     assert all(r.keys() >= REQUIRED for r in rows)
     cmp = [r for r in rows if r["kind"] == "comparison"]
-    assert cmp and all({"mcnemar_p", "power_mcnemar", "baseline", "holm_p"} <= r.keys()
-                       for r in cmp)
+    assert cmp and all(
+        {"mcnemar_p", "power_mcnemar", "baseline", "holm_p"} <= r.keys() for r in cmp
+    )
     _check_audit_rows(rows)
 
 

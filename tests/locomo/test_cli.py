@@ -13,8 +13,9 @@ from toki.locomo import LOCOMO_SHA256
 from toki.locomo.cli import main
 
 
-def test_info_json(tmp_path: Path, synthetic: list[dict[str, Any]],
-                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_info_json(
+    tmp_path: Path, synthetic: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
     p = tmp_path / "locomo10.json"
     p.write_text(json.dumps(synthetic))
     assert main(["info", "--path", str(p), "--json"]) == 0
@@ -25,8 +26,9 @@ def test_info_json(tmp_path: Path, synthetic: list[dict[str, Any]],
     assert info["reference_copy"] is False
 
 
-def test_baseline_json(tmp_path: Path, synthetic: list[dict[str, Any]],
-                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_baseline_json(
+    tmp_path: Path, synthetic: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
     p = tmp_path / "locomo10.json"
     p.write_text(json.dumps(synthetic))
     assert main(["baseline", "--path", str(p), "--json", "-k", "3", "--categories", "4"]) == 0

@@ -47,8 +47,9 @@ def test_session_datetime_is_aware_utc(raw: str, expected: datetime) -> None:
     assert got.tzinfo is UTC
 
 
-@pytest.mark.parametrize("raw", ["", "13:00 pm on 1 May, 2023", "1:00 pm on 1 Mayo, 2023",
-                                 "1:00 on 1 May, 2023"])
+@pytest.mark.parametrize(
+    "raw", ["", "13:00 pm on 1 May, 2023", "1:00 pm on 1 Mayo, 2023", "1:00 on 1 May, 2023"]
+)
 def test_session_datetime_rejects_garbage(raw: str) -> None:
     with pytest.raises(ValueError):
         parse_session_datetime(raw)
@@ -99,8 +100,12 @@ def test_synthetic_qa(synthetic: list[dict[str, Any]]) -> None:
     (c,) = parse_locomo(synthetic).conversations
     q = c.qa
     assert [x.category for x in q] == [
-        Category.SINGLE_HOP, Category.TEMPORAL, Category.MULTI_HOP, Category.OPEN_DOMAIN,
-        Category.SINGLE_HOP, Category.ADVERSARIAL,
+        Category.SINGLE_HOP,
+        Category.TEMPORAL,
+        Category.MULTI_HOP,
+        Category.OPEN_DOMAIN,
+        Category.SINGLE_HOP,
+        Category.ADVERSARIAL,
     ]
     assert q[2].answer == "2021"  # a JSON number becomes its string, as upstream's str()
     assert q[5].answer is None and q[5].adversarial_answer == "Rex"
@@ -138,7 +143,8 @@ def test_bad_session_date_is_reported_not_fatal(synthetic: list[dict[str, Any]])
     ds = parse_locomo(synthetic)
     assert [s.date_time for s in ds.conversations[0].sessions] == [None, None]
     assert [p.location for p in ds.problems_of("bad_date")] == [
-        "session_1_date_time", "session_2_date_time"
+        "session_1_date_time",
+        "session_2_date_time",
     ]
 
 
@@ -153,8 +159,11 @@ def test_parse_evidence_standalone() -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    [{"not": "a list"}, [{"sample_id": "x"}], [{"conversation": {}, "qa": [{"question": "q",
-                                                                          "category": 9}]}]],
+    [
+        {"not": "a list"},
+        [{"sample_id": "x"}],
+        [{"conversation": {}, "qa": [{"question": "q", "category": 9}]}],
+    ],
 )
 def test_structural_errors_raise_data_error(raw: Any) -> None:
     with pytest.raises(DataError):
@@ -180,8 +189,7 @@ def test_load_explicit_path_and_sha(tmp_path: Path, synthetic: list[dict[str, An
 def test_resolution_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, synthetic: list[dict[str, Any]]
 ) -> None:
-    dirs = {n: tmp_path / n for n in ("explicit", "env", "xdg/toki", "proj",
-                                      "shared/data/locomo")}
+    dirs = {n: tmp_path / n for n in ("explicit", "env", "xdg/toki", "proj", "shared/data/locomo")}
     for d in dirs.values():
         d.mkdir(parents=True)
     explicit = _write(dirs["explicit"], synthetic)
@@ -243,8 +251,7 @@ def test_real_counts_match_notice(real_dataset: LocomoDataset) -> None:
     qs = [q for _, q in ds.questions()]
     assert len(qs) == 1986
     assert Counter(int(q.category) for q in qs) == {1: 282, 2: 321, 3: 96, 4: 841, 5: 446}
-    assert sum(1 for q in qs if q.category != Category.ADVERSARIAL and q.answer is not None) \
-        == 1540
+    assert sum(1 for q in qs if q.category != Category.ADVERSARIAL and q.answer is not None) == 1540
     assert all(q.answer is not None for q in qs if q.category != Category.ADVERSARIAL)
     assert len(ds.problems_of("malformed_evidence", "qa")) == 6
     assert len(ds.problems_of("missing_turn", "qa")) == 3

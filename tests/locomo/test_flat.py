@@ -24,29 +24,53 @@ def _dataset() -> LocomoDataset:
     sample: dict[str, Any] = {
         "sample_id": "flat",
         "conversation": {
-            "speaker_a": "Ada", "speaker_b": "Bo",
+            "speaker_a": "Ada",
+            "speaker_b": "Bo",
             "session_1_date_time": "10:00 am on 3 March, 2021",
             "session_1": [
                 {"speaker": "Bo", "dia_id": "D1:1", "text": "My dog is called Rex."},
-                {"speaker": "Ada", "dia_id": "D1:2", "text": "I visited Rome today!",
-                 "blip_caption": "a photo of a fountain"},
+                {
+                    "speaker": "Ada",
+                    "dia_id": "D1:2",
+                    "text": "I visited Rome today!",
+                    "blip_caption": "a photo of a fountain",
+                },
             ],
         },
-        "observation": {"session_1_observation": {
-            "Bo": [["Bo's dog is called Rex.", "D1:1"]],
-            "Ada": [["Ada visited Rome.", "D1:2"]],
-        }},
-        "event_summary": {"events_session_1": {"Ada": ["Ada tours Italy."], "Bo": [],
-                                               "date": "3 March, 2021"}},
+        "observation": {
+            "session_1_observation": {
+                "Bo": [["Bo's dog is called Rex.", "D1:1"]],
+                "Ada": [["Ada visited Rome.", "D1:2"]],
+            }
+        },
+        "event_summary": {
+            "events_session_1": {"Ada": ["Ada tours Italy."], "Bo": [], "date": "3 March, 2021"}
+        },
         "qa": [
-            {"question": "What is Bo's dog called?", "answer": "Rex", "evidence": ["D1:1"],
-             "category": 4},
-            {"question": "When did Ada visit Rome?", "answer": "3 March 2021",
-             "evidence": ["D1:2"], "category": 2},
-            {"question": "Which dog and city did Bo and Ada mention?", "answer": "Rex, Rome",
-             "evidence": ["D1:1", "D1:2"], "category": 1},
-            {"question": "What is Ada's cat called?", "adversarial_answer": "Tom",
-             "evidence": [], "category": 5},
+            {
+                "question": "What is Bo's dog called?",
+                "answer": "Rex",
+                "evidence": ["D1:1"],
+                "category": 4,
+            },
+            {
+                "question": "When did Ada visit Rome?",
+                "answer": "3 March 2021",
+                "evidence": ["D1:2"],
+                "category": 2,
+            },
+            {
+                "question": "Which dog and city did Bo and Ada mention?",
+                "answer": "Rex, Rome",
+                "evidence": ["D1:1", "D1:2"],
+                "category": 1,
+            },
+            {
+                "question": "What is Ada's cat called?",
+                "adversarial_answer": "Tom",
+                "evidence": [],
+                "category": 5,
+            },
         ],
     }
     return parse_locomo([sample])
@@ -57,9 +81,14 @@ def test_build_flat_chunks() -> None:
     chunks = build_flat_chunks(c)
     assert [ch.id for ch in chunks] == ["flat/obs/0", "flat/obs/1", "flat/event/0"]
     assert chunks[0].text == "Bo's dog is called Rex."
-    assert chunks[0].metadata == {"kind": "observation", "sample_id": "flat", "session": 1,
-                                  "speaker": "Bo", "date": date(2021, 3, 3),
-                                  "evidence": ("D1:1",)}
+    assert chunks[0].metadata == {
+        "kind": "observation",
+        "sample_id": "flat",
+        "session": 1,
+        "speaker": "Bo",
+        "date": date(2021, 3, 3),
+        "evidence": ("D1:1",),
+    }
     assert chunks[2].metadata["evidence"] == ()
     with_turns = build_flat_chunks(c, observations=False, events=False, turns=True)
     assert [ch.id for ch in with_turns] == ["flat/D1:1", "flat/D1:2"]
@@ -87,14 +116,14 @@ def test_answers_and_scores_on_known_questions() -> None:
     assert (by_q[3].prediction, by_q[3].score) == (NOT_MENTIONED, 1.0)
     rows = summarize(results, k=1)
     assert [r["category"] for r in rows] == [1, 2, 4, 5]
-    assert rows[1] == {"category": 2, "name": "temporal", "n": 1, "f1_mean": 1.0,
-                       "recall@1": 1.0}
+    assert rows[1] == {"category": 2, "name": "temporal", "n": 1, "f1_mean": 1.0, "recall@1": 1.0}
 
 
 def test_custom_answerer_and_filters() -> None:
     class Fixed:
-        def answer(self, question: str, retrieved: Sequence[Hit], category: int | None = None
-                   ) -> str:
+        def answer(
+            self, question: str, retrieved: Sequence[Hit], category: int | None = None
+        ) -> str:
             return "Rome, Rex" if category == 1 else NOT_MENTIONED
 
     rows = run_flat_baseline(_dataset(), k=2, categories=(1, 4), answerer=Fixed())

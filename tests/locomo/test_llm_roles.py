@@ -55,8 +55,13 @@ def fake_model(body: dict[str, Any]) -> str:
                 continue
             text = m.group(3)
             pred = "job" if " works as " in text else text.split()[1]
-            fact: dict[str, Any] = {"item": int(m.group(1)), "subject": m.group(2),
-                                    "predicate": pred, "valid_from": None, "time_quote": None}
+            fact: dict[str, Any] = {
+                "item": int(m.group(1)),
+                "subject": m.group(2),
+                "predicate": pred,
+                "valid_from": None,
+                "time_quote": None,
+            }
             if "yesterday" in text:
                 fact["valid_from"] = (said - timedelta(days=1)).strftime("%Y-%m-%d")
                 fact["time_quote"] = "yesterday"
@@ -80,8 +85,11 @@ def make_client(stub: StubServer, cache: Path | None = None, **kw: Any) -> LLMCl
 
 
 def roles(client: LLMClient) -> dict[str, Any]:
-    return {"answerer": LLMAnswerer(client), "extractor": LLMExtractor(client),
-            "judge": LLMAnswerJudge(client)}
+    return {
+        "answerer": LLMAnswerer(client),
+        "extractor": LLMExtractor(client),
+        "judge": LLMAnswerJudge(client),
+    }
 
 
 def test_llm_ablations_rerun_from_the_cache_with_zero_calls(
@@ -99,13 +107,20 @@ def test_llm_ablations_rerun_from_the_cache_with_zero_calls(
     assert second.stats.cache_hits == first.stats.calls + first.stats.cache_hits
     # J rows beside the F1 rows, and the J score is what the judge said
     j = [r for r in a if r["metric"] == "llm_judge" and r["kind"] == "score"]
-    assert {(r["ablation"], r["variant"]) for r in j} >= {("typed_layer", "typed"),
-                                                         ("typed_layer", "flat")}
+    assert {(r["ablation"], r["variant"]) for r in j} >= {
+        ("typed_layer", "typed"),
+        ("typed_layer", "flat"),
+    }
     typed_all = next(r for r in j if r["variant"] == "typed" and r["category"] == "all")
     assert typed_all["n"] == 4 and typed_all["no_verdict"] == 0
     # the LLM keys ("job") make Ada's three jobs versions of one key: superseded twice
-    sup = next(r for r in a if r["ablation"] == "audit_rows" and r["slice"] == "superseded"
-               and r["variant"] == "dual_row")
+    sup = next(
+        r
+        for r in a
+        if r["ablation"] == "audit_rows"
+        and r["slice"] == "superseded"
+        and r["variant"] == "dual_row"
+    )
     assert sup["kind"] == "check" and sup["n"] == 2 and sup["holds"]
 
 
@@ -122,11 +137,15 @@ def test_unresolved_conflicts_never_enter_a_prompt(
     stub: StubServer, invented: LocomoDataset
 ) -> None:
     client = make_client(stub)
-    tm = build_typed_memory(invented.conversations[0], operator=AWAIT,
-                            extractor=LLMExtractor(client))
+    tm = build_typed_memory(
+        invented.conversations[0], operator=AWAIT, extractor=LLMExtractor(client)
+    )
     typed_answers(invented, [tm], answerer=LLMAnswerer(client))
-    prompts = [r["body"]["messages"][1]["content"] for r in stub.requests
-               if r["body"]["messages"][0]["content"] == ANSWER_PROMPT.system]
+    prompts = [
+        r["body"]["messages"][1]["content"]
+        for r in stub.requests
+        if r["body"]["messages"][0]["content"] == ANSWER_PROMPT.system
+    ]
     assert prompts, "the answerer was called"
     # AWAIT without a confirmer leaves the nurse and pilot claims PROPOSED, conflict open
     assert not any("nurse" in p or "pilot" in p for p in prompts)
@@ -161,13 +180,28 @@ def canned(reply: str | Callable[[dict[str, Any]], str]) -> StubServer:
 
 def test_extractor_validates_each_fact() -> None:
     facts = [
-        {"item": 1, "subject": "ada", "predicate": "Home City", "valid_from": "2023-04",
-         "time_quote": "last month"},
+        {
+            "item": 1,
+            "subject": "ada",
+            "predicate": "Home City",
+            "valid_from": "2023-04",
+            "time_quote": "last month",
+        },
         {"item": 1, "subject": "Ada", "predicate": "dup", "valid_from": None},  # covered
-        {"item": 2, "subject": "Ada", "predicate": "pet", "valid_from": "2020-01-01",
-         "time_quote": "in 2020"},  # the quote is not in the statement: no invented date
-        {"item": 3, "subject": "Bo", "predicate": "race", "valid_from": "2023-05-06",
-         "time_quote": "6 May 2023"},  # from the stated date
+        {
+            "item": 2,
+            "subject": "Ada",
+            "predicate": "pet",
+            "valid_from": "2020-01-01",
+            "time_quote": "in 2020",
+        },  # the quote is not in the statement: no invented date
+        {
+            "item": 3,
+            "subject": "Bo",
+            "predicate": "race",
+            "valid_from": "2023-05-06",
+            "time_quote": "6 May 2023",
+        },  # from the stated date
         {"item": 4, "subject": "Carol", "predicate": "tea"},  # not a speaker
         {"item": 9, "subject": "Bo", "predicate": "x"},  # no such statement
         "not an object",
@@ -182,7 +216,10 @@ def test_extractor_validates_each_fact() -> None:
     assert [c.predicate for c in out[:3]] == ["home_city", "pet", "race"]
     assert out[0].subject == "Ada"
     assert (out[0].when.label, out[0].when.granularity, out[0].when.source) == (
-        "April 2023", "month", BoundSource.EVIDENCE)
+        "April 2023",
+        "month",
+        BoundSource.EVIDENCE,
+    )
     assert out[1].when.source is BoundSource.ASSUMED and out[1].when.label == "8 May 2023"
     assert out[2].when.label == "6 May 2023" and out[2].when.source is BoundSource.EVIDENCE
     assert out[3] == RuleExtractor().extract(SESSION, TEXTS)[3]  # fallback
@@ -191,7 +228,7 @@ def test_extractor_validates_each_fact() -> None:
 
 
 def test_answerer_prompt_and_cleaning() -> None:
-    with canned("<think>hmm</think>\nAnswer: \"Oslo\"\nbecause...") as s:
+    with canned('<think>hmm</think>\nAnswer: "Oslo"\nbecause...') as s:
         client = make_client(s)
         ans = LLMAnswerer(client)
         hits = build_typed_hits()
@@ -206,10 +243,18 @@ def test_answerer_prompt_and_cleaning() -> None:
 def build_typed_hits() -> list[Any]:
     from toki.locomo.retrieval import Hit
 
-    chunk = Chunk("v1", "Ada moved to Oslo last month.", {
-        "subject": "Ada", "valid_from": datetime(2023, 4, 1, tzinfo=UTC),
-        "valid_source": "evidence", "time_label": "April 2023",
-        "recorded_at": SESSION, "status": "superseded"})
+    chunk = Chunk(
+        "v1",
+        "Ada moved to Oslo last month.",
+        {
+            "subject": "Ada",
+            "valid_from": datetime(2023, 4, 1, tzinfo=UTC),
+            "valid_source": "evidence",
+            "time_label": "April 2023",
+            "recorded_at": SESSION,
+            "status": "superseded",
+        },
+    )
     return [Hit(chunk, 1.0, 0)]
 
 
@@ -217,23 +262,37 @@ def test_render_item_shows_what_each_layer_knows() -> None:
     typed = build_typed_hits()[0].chunk
     assert render_item(typed) == (
         "- Ada moved to Oslo last month. (about Ada; holds from April 2023 (stated); "
-        "said on 8 May 2023; superseded by a later statement)")
-    assumed = Chunk("v2", "Ada likes tea.", {"subject": "Ada", "valid_from": SESSION,
-                                             "valid_source": "assumed", "recorded_at": SESSION,
-                                             "status": "current"})
-    assert render_item(assumed) == "- Ada likes tea. (about Ada; start not stated; said on 8 May 2023)"
+        "said on 8 May 2023; superseded by a later statement)"
+    )
+    assumed = Chunk(
+        "v2",
+        "Ada likes tea.",
+        {
+            "subject": "Ada",
+            "valid_from": SESSION,
+            "valid_source": "assumed",
+            "recorded_at": SESSION,
+            "status": "current",
+        },
+    )
+    assert (
+        render_item(assumed) == "- Ada likes tea. (about Ada; start not stated; said on 8 May 2023)"
+    )
     flat = Chunk("c", "Ada likes  tea.", {"date": date(2023, 5, 8), "speaker": "Ada"})
     assert render_item(flat) == "- Ada likes tea. (said on 8 May 2023)"
 
 
-@pytest.mark.parametrize(("reply", "verdict", "malformed"), [
-    ('{"label": "CORRECT"}', True, 0),
-    ('```json\n{"label": "wrong"}\n```', False, 0),
-    ("The answer is CORRECT.", True, 0),
-    ("CORRECT or WRONG, hard to say", None, 1),
-    ('{"label": "maybe"}', None, 1),
-    ("", None, 1),
-])
+@pytest.mark.parametrize(
+    ("reply", "verdict", "malformed"),
+    [
+        ('{"label": "CORRECT"}', True, 0),
+        ('```json\n{"label": "wrong"}\n```', False, 0),
+        ("The answer is CORRECT.", True, 0),
+        ("CORRECT or WRONG, hard to say", None, 1),
+        ('{"label": "maybe"}', None, 1),
+        ("", None, 1),
+    ],
+)
 def test_judge_parses_its_verdict(reply: str, verdict: bool | None, malformed: int) -> None:
     with canned(reply) as s:
         judge = LLMAnswerJudge(make_client(s))
@@ -264,9 +323,26 @@ def data_file(tmp_path: Path) -> Path:
 
 
 def _cli(stub: StubServer, data_file: Path, cache: Path, *extra: str) -> list[str]:
-    return ["ablate", "--path", str(data_file), "--answerer", "llm", "--judge", "llm",
-            "--base-url", stub.base_url, "--model", "stub-model", "--cache", str(cache),
-            "--resamples", "100", "--json", "--quiet", *extra]
+    return [
+        "ablate",
+        "--path",
+        str(data_file),
+        "--answerer",
+        "llm",
+        "--judge",
+        "llm",
+        "--base-url",
+        stub.base_url,
+        "--model",
+        "stub-model",
+        "--cache",
+        str(cache),
+        "--resamples",
+        "100",
+        "--json",
+        "--quiet",
+        *extra,
+    ]
 
 
 def test_cli_llm_run_writes_costs_with_the_results(
@@ -279,7 +355,9 @@ def test_cli_llm_run_writes_costs_with_the_results(
     assert run["kind"] == "run" and run["llm"]["model"] == "stub-model"
     assert run["costs"]["calls"] == len(stub.requests) > 0
     assert run["costs"]["tokens_in"] > 0 and set(run["prompts"]) == {
-        ANSWER_PROMPT.name, JUDGE_PROMPT.name}
+        ANSWER_PROMPT.name,
+        JUDGE_PROMPT.name,
+    }
     assert run["roles"]["answerer"]["malformed"] == 0
     calls = len(stub.requests)
     assert main(_cli(stub, data_file, cache, "--offline")) == 0
@@ -326,25 +404,52 @@ def _offline(reply: str, prompt: Any, inputs: dict[str, str]) -> LLMClient:
     return client
 
 
-_VALUES = st.one_of(st.none(), st.integers(-2, 6), st.booleans(),
-                    st.sampled_from(["Ada", "bo", "Carol", "job", "Home City", "", "2023",
-                                     "2023-04", "2023-04-31", "2023-05-06", "last month",
-                                     "6 May 2023", "3"]), st.text(max_size=8))
+_VALUES = st.one_of(
+    st.none(),
+    st.integers(-2, 6),
+    st.booleans(),
+    st.sampled_from(
+        [
+            "Ada",
+            "bo",
+            "Carol",
+            "job",
+            "Home City",
+            "",
+            "2023",
+            "2023-04",
+            "2023-04-31",
+            "2023-05-06",
+            "last month",
+            "6 May 2023",
+            "3",
+        ]
+    ),
+    st.text(max_size=8),
+)
 # mostly well-formed facts with one field or another wrong, plus arbitrary objects
 _FACT = st.one_of(
-    st.fixed_dictionaries({
-        "item": st.one_of(st.integers(1, 4), st.sampled_from([0, 5, "2", True, None])),
-        "subject": st.one_of(st.sampled_from(["Ada", "bo", "Bo"]),
-                             st.sampled_from(["Carol", "", None, 3])),
-        "predicate": st.one_of(st.sampled_from(["job", "Home City"]),
-                               st.sampled_from(["", None, "!!", 7])),
-        "valid_from": st.one_of(st.sampled_from(["2023", "2023-04", "2023-05-06"]),
-                                st.sampled_from([None, "2023-04-31", "May", 5])),
-        "time_quote": st.sampled_from([None, "", "last month", "6 May 2023", "in 2020", "tea",
-                                       "race", 3]),
-    }),
-    st.dictionaries(st.sampled_from(["item", "subject", "predicate", "valid_from",
-                                     "time_quote"]), _VALUES),
+    st.fixed_dictionaries(
+        {
+            "item": st.one_of(st.integers(1, 4), st.sampled_from([0, 5, "2", True, None])),
+            "subject": st.one_of(
+                st.sampled_from(["Ada", "bo", "Bo"]), st.sampled_from(["Carol", "", None, 3])
+            ),
+            "predicate": st.one_of(
+                st.sampled_from(["job", "Home City"]), st.sampled_from(["", None, "!!", 7])
+            ),
+            "valid_from": st.one_of(
+                st.sampled_from(["2023", "2023-04", "2023-05-06"]),
+                st.sampled_from([None, "2023-04-31", "May", 5]),
+            ),
+            "time_quote": st.sampled_from(
+                [None, "", "last month", "6 May 2023", "in 2020", "tea", "race", 3]
+            ),
+        }
+    ),
+    st.dictionaries(
+        st.sampled_from(["item", "subject", "predicate", "valid_from", "time_quote"]), _VALUES
+    ),
 )
 _REPLY = st.one_of(
     st.lists(st.one_of(_FACT, _VALUES), max_size=8).map(lambda fs: json.dumps({"facts": fs})),
@@ -361,13 +466,16 @@ def test_any_extraction_reply_keeps_every_text_and_never_invents_a_date(reply: s
     out = ext.extract(SESSION, TEXTS)
     rules = RuleExtractor().extract(SESSION, TEXTS)
     assert [(c.text, c.source_id, c.item) for c in out] == [
-        (r.text, r.source_id, r.item) for r in rules]
+        (r.text, r.source_id, r.item) for r in rules
+    ]
     assert ext.fallback_statements == sum(1 for c, r in zip(out, rules, strict=True) if c == r)
     data = parse_json_object(reply)
     facts = data.get("facts") if isinstance(data, dict) else None
-    quotes = [" ".join(f["time_quote"].lower().split()) for f in facts or []
-              if isinstance(f, dict) and isinstance(f.get("time_quote"), str)
-              and f["time_quote"].strip()]
+    quotes = [
+        " ".join(f["time_quote"].lower().split())
+        for f in facts or []
+        if isinstance(f, dict) and isinstance(f.get("time_quote"), str) and f["time_quote"].strip()
+    ]
     for c, r, t in zip(out, rules, TEXTS, strict=True):
         assert c.subject in ("Ada", "Bo")
         sources = [" ".join(t.text.lower().split())]

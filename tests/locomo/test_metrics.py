@@ -38,7 +38,10 @@ def test_normalize_answer(raw: str, expected: str) -> None:
 def test_answer_tokens_are_porter_stemmed() -> None:
     # nltk Porter (NLTK_EXTENSIONS): running→run, mountains→mountain, hiking→hike, dying→die
     assert answer_tokens("Running the mountains, hiking and dying") == [
-        "run", "mountain", "hike", "die"
+        "run",
+        "mountain",
+        "hike",
+        "die",
     ]
 
 

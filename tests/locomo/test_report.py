@@ -42,16 +42,33 @@ def _full_rows() -> list[dict[str, Any]]:
     out = []
     for abl, field, variants, groups in (
         ("typed_layer", "category", ["typed", "flat"], [1, 2, 3, 4, "all"]),
-        ("audit_rows", "slice", ["dual_row", "overwrite"],
-         ["superseded", "control_single", "control_latest", "qa_superseded"]),
-        ("operator", "slice", ["LWW", "EWM", "AWAIT", "RULE"],
-         ["superseded", "control_single", "control_latest", "answerable"]),
+        (
+            "audit_rows",
+            "slice",
+            ["dual_row", "overwrite"],
+            ["superseded", "control_single", "control_latest", "qa_superseded"],
+        ),
+        (
+            "operator",
+            "slice",
+            ["LWW", "EWM", "AWAIT", "RULE"],
+            ["superseded", "control_single", "control_latest", "answerable"],
+        ),
     ):
         for v in variants:
             for g in groups:
-                r = {"ablation": abl, "kind": "score", "variant": v, "category": "all",
-                     "slice": "answerable", "metric": "f1", "n": 10, "score": 0.5,
-                     "ci_low": 0.4, "ci_high": 0.6}
+                r = {
+                    "ablation": abl,
+                    "kind": "score",
+                    "variant": v,
+                    "category": "all",
+                    "slice": "answerable",
+                    "metric": "f1",
+                    "n": 10,
+                    "score": 0.5,
+                    "ci_low": 0.4,
+                    "ci_high": 0.6,
+                }
                 r[field] = g
                 out.append(r)
     return out
@@ -68,8 +85,11 @@ def test_zero_bars_differ_from_missing_data() -> None:
 
 def test_checks_are_hatched_and_colours_are_colour_blind_safe(rows: list[dict[str, Any]]) -> None:
     fig = plot_ablations(rows)
-    bars = [p for p in fig.findobj(Rectangle) if p.get_height() > 0 and p.axes is not None
-            and p.get_width() < 0.5]
+    bars = [
+        p
+        for p in fig.findobj(Rectangle)
+        if p.get_height() > 0 and p.axes is not None and p.get_width() < 0.5
+    ]
     assert bars
     colours = {to_hex(b.get_facecolor()).upper() for b in bars}
     assert colours <= {c.upper() for c in PALETTE}
@@ -82,7 +102,10 @@ def test_paper_comparison_reads_checks_and_holm(real_dataset: LocomoDataset) -> 
     rows = run_ablations(real_dataset, limit=2, resamples=200)
     lines = {r["measure"]: r for r in paper_comparison(rows)}
     assert "Holm" in lines["typed layer: with vs without"]["toki"]
-    assert "a check, not a test" in lines["audit-row defence (dual-row - overwrite), as-of slice"]["toki"]
+    assert (
+        "a check, not a test"
+        in lines["audit-row defence (dual-row - overwrite), as-of slice"]["toki"]
+    )
     assert "controls (nothing superseded)" in lines
 
 
@@ -95,7 +118,9 @@ def test_the_notebook_is_committed_executed_with_its_figure_inline() -> None:
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(c.outputs for c in code), "commit the notebook executed"
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
-    pngs = [o.data["image/png"] for c in code for o in c.outputs if "image/png" in o.get("data", {})]
+    pngs = [
+        o.data["image/png"] for c in code for o in c.outputs if "image/png" in o.get("data", {})
+    ]
     assert len(pngs) == 1
     assert base64.b64decode(pngs[0]) == FIGURE.read_bytes(), "the inline figure is the file's"
 

@@ -13,24 +13,46 @@ from toki.locomo import BM25Retriever, Chunk, Hit, Retriever, Tokenizer, hit_evi
 def test_tokenizer() -> None:
     text = "Caroline's new cat\u2014Pixel, 3 yrs! snake_case Caf\u00e9"
     assert tokenize(text, stopwords=False) == [
-        "caroline", "s", "new", "cat", "pixel", "3", "yrs", "snake", "case", "caf\u00e9"
+        "caroline",
+        "s",
+        "new",
+        "cat",
+        "pixel",
+        "3",
+        "yrs",
+        "snake",
+        "case",
+        "caf\u00e9",
     ]
-    assert tokenize(text) == ["caroline", "new", "cat", "pixel", "3", "yrs", "snake", "case",
-                              "caf\u00e9"]
+    assert tokenize(text) == [
+        "caroline",
+        "new",
+        "cat",
+        "pixel",
+        "3",
+        "yrs",
+        "snake",
+        "case",
+        "caf\u00e9",
+    ]
     assert tokenize("What did she do when it rained?") == ["rained"]
     assert tokenize("Running hikes", stem=True) == ["run", "hike"]
     assert Tokenizer(stopwords=frozenset({"cat"}))("the cat") == ["the"]
 
 
-def _lucene(tf: int, df: int, n: int, dl: int, avgdl: float, k1: float = 1.5,
-            b: float = 0.75) -> float:
+def _lucene(
+    tf: int, df: int, n: int, dl: int, avgdl: float, k1: float = 1.5, b: float = 0.75
+) -> float:
     idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
     return idf * tf / (tf + k1 * (1 - b + b * dl / avgdl))
 
 
 def test_bm25_scores_match_hand_computation() -> None:
-    chunks = [Chunk("c0", "Cat sat, mat."), Chunk("c1", "dog chased the cat cat"),
-              Chunk("c2", "Dog barked")]
+    chunks = [
+        Chunk("c0", "Cat sat, mat."),
+        Chunk("c1", "dog chased the cat cat"),
+        Chunk("c2", "Dog barked"),
+    ]
     r = BM25Retriever(chunks)
     # after stop-word removal: dl = 3, 4, 2 → avgdl = 3; df(cat) = 2 of N = 3
     expected = [_lucene(1, 2, 3, 3, 3.0), _lucene(2, 2, 3, 4, 3.0), 0.0]
@@ -44,8 +66,12 @@ def test_bm25_scores_match_hand_computation() -> None:
 
 
 def test_ties_break_by_insertion_order_not_id() -> None:
-    chunks = [Chunk("z", "blue bird"), Chunk("a", "red fox"), Chunk("m", "blue bird"),
-              Chunk("b", "blue bird")]
+    chunks = [
+        Chunk("z", "blue bird"),
+        Chunk("a", "red fox"),
+        Chunk("m", "blue bird"),
+        Chunk("b", "blue bird"),
+    ]
     r = BM25Retriever(chunks)
     assert [h.chunk.id for h in r.retrieve("bird", k=10)] == ["z", "m", "b"]
     assert [h.chunk.id for h in r.retrieve("bird", k=2)] == ["z", "m"]
@@ -74,9 +100,13 @@ def test_stemming_tokenizer_matches_inflections() -> None:
 
 
 def test_protocol_and_hit_evidence() -> None:
-    r: Retriever = BM25Retriever([Chunk("a", "kite", {"evidence": ("D1:2", "D1:3")}),
-                                  Chunk("b", "kite kite", {"evidence": "D2:1"}),
-                                  Chunk("c", "kite")])
+    r: Retriever = BM25Retriever(
+        [
+            Chunk("a", "kite", {"evidence": ("D1:2", "D1:3")}),
+            Chunk("b", "kite kite", {"evidence": "D2:1"}),
+            Chunk("c", "kite"),
+        ]
+    )
     assert isinstance(r, Retriever)
     hits = r.retrieve("kite", k=3)
     assert [h.chunk.id for h in hits] == ["b", "a", "c"]

@@ -16,13 +16,18 @@ def test_every_lock_pins_every_package_and_the_systems_library(tmp_path: Path) -
     for system in SYSTEMS.values():
         if system.lock is None:
             continue
-        lines = [ln for ln in envs.lock_file(system.lock).read_text().splitlines()
-                 if ln.strip() and not ln.startswith("#")]
+        lines = [
+            ln
+            for ln in envs.lock_file(system.lock).read_text().splitlines()
+            if ln.strip() and not ln.startswith("#")
+        ]
         assert all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+", ln) for ln in lines)
         assert f"{system.library}=={system.version}" in lines
 
 
-def test_the_cache_key_follows_the_lock_contents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cache_key_follows_the_lock_contents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(envs, "LOCKS", tmp_path)
     monkeypatch.setenv("TOKI_REAL_CACHE", str(tmp_path / "cache"))
     (tmp_path / "x.txt").write_text("a==1\n")
@@ -35,8 +40,9 @@ def test_the_cache_key_follows_the_lock_contents(tmp_path: Path, monkeypatch: py
 
 
 @pytest.mark.slow
-def test_a_failed_setup_says_why_and_leaves_nothing_ready(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_setup_says_why_and_leaves_nothing_ready(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(envs, "LOCKS", tmp_path)
     monkeypatch.setenv("TOKI_REAL_CACHE", str(tmp_path / "cache"))
     (tmp_path / "bad.txt").write_text("this is not a requirement\n")

@@ -17,9 +17,15 @@ from toki.sim.workload import SimClaim
 
 
 def point(agent: int, name: str, reads=(), writes=()) -> GatePoint:  # type: ignore[no-untyped-def]
-    return GatePoint.from_json({"agent": agent, "kind": name.split(".")[0], "name": name,
-                                "reads": [list(r) for r in reads],
-                                "writes": [list(w) for w in writes]})
+    return GatePoint.from_json(
+        {
+            "agent": agent,
+            "kind": name.split(".")[0],
+            "name": name,
+            "reads": [list(r) for r in reads],
+            "writes": [list(w) for w in writes],
+        }
+    )
 
 
 def footprint(p: GatePoint):  # type: ignore[no-untyped-def]
@@ -29,8 +35,10 @@ def footprint(p: GatePoint):  # type: ignore[no-untyped-def]
     def agent():  # type: ignore[no-untyped-def]
         yield step
 
-    world = World(SimStore(Isolation.READ_COMMITTED), tuple(agent() if i == p.agent else iter(())
-                                                            for i in range(p.agent + 1)))
+    world = World(
+        SimStore(Isolation.READ_COMMITTED),
+        tuple(agent() if i == p.agent else iter(()) for i in range(p.agent + 1)),
+    )
     ex = Execution(Program("fp", lambda: world), track=True)
     ex.step(p.agent)
     return ex.fps[-1]
@@ -38,9 +46,12 @@ def footprint(p: GatePoint):  # type: ignore[no-untyped-def]
 
 def test_resources_map_the_wildcard_and_prefix_the_family() -> None:
     assert resources([("vec:c", "*"), ("history", "m1")]) == {
-        ("real:vec:c", ALL), ("real:history", "m1")}
+        ("real:vec:c", ALL),
+        ("real:history", "m1"),
+    }
     assert as_local(point(0, "vector.search", reads=[("vec:c", "*")])).reads == {
-        ("real:vec:c", ALL)}
+        ("real:vec:c", ALL)
+    }
 
 
 def test_dependency_of_gate_points_follows_their_footprints() -> None:
@@ -52,13 +63,19 @@ def test_dependency_of_gate_points_follows_their_footprints() -> None:
     clock1 = footprint(point(1, "clock.now", [("clock", None)], [("clock", None)]))
     assert dependent(search, insert_x)  # a scan sees every insert
     assert not dependent(search, get_y)  # two reads commute
-    assert not dependent(footprint(point(0, "vector.insert", writes=[("vec:c", "y")])),
-                         footprint(point(1, "vector.get", reads=[("vec:c", "x")])))
-    assert dependent(footprint(point(0, "vector.delete", writes=[("vec:c", "x")])),
-                     footprint(point(1, "vector.get", reads=[("vec:c", "x")])))
+    assert not dependent(
+        footprint(point(0, "vector.insert", writes=[("vec:c", "y")])),
+        footprint(point(1, "vector.get", reads=[("vec:c", "x")])),
+    )
+    assert dependent(
+        footprint(point(0, "vector.delete", writes=[("vec:c", "x")])),
+        footprint(point(1, "vector.get", reads=[("vec:c", "x")])),
+    )
     assert not dependent(search, llm)  # an LLM call touches nothing shared
     assert dependent(clock0, clock1)  # who reads the clock first changes both values
-    assert dependent(llm, footprint(point(1, "vector.search", reads=[("vec:c", "*")])))  # same agent
+    assert dependent(
+        llm, footprint(point(1, "vector.search", reads=[("vec:c", "*")]))
+    )  # same agent
 
 
 def test_a_lock_point_is_a_lock_on_the_simulated_store() -> None:
@@ -76,8 +93,10 @@ claims = st.lists(st.lists(st.integers(0, 3), max_size=3), min_size=1, max_size=
 
 @given(claims)
 def test_serial_orders_are_every_merge_that_keeps_each_agents_order(sizes: list[list[int]]) -> None:
-    seqs = [[SimClaim("k:v", f"a{a}c{i}v{v}") for i, v in enumerate(vals)]
-            for a, vals in enumerate(sizes)]
+    seqs = [
+        [SimClaim("k:v", f"a{a}c{i}v{v}") for i, v in enumerate(vals)]
+        for a, vals in enumerate(sizes)
+    ]
     orders = serial_orders(seqs, 10**6)
     assert orders is not None
     n = sum(len(s) for s in seqs)

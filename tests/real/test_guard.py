@@ -45,7 +45,10 @@ print(json.dumps({"out": out, "attempts": guard.drain(), "after": guard.drain(),
 def test_the_guard_refuses_and_records_and_lets_loopback_through() -> None:
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(WORKER_ROOT)],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     data = json.loads(done.stdout)
     out = data["out"]
@@ -65,5 +68,7 @@ def test_the_guard_refuses_and_records_and_lets_loopback_through() -> None:
     assert data["after"] == []  # drained
     # nothing but loopback ever reached the (recording) socket layer
     assert data["calls"] == [
-        ["connect", ["127.0.0.1", 9]], ["getaddrinfo", "localhost"], ["getaddrinfo", "::1"]
+        ["connect", ["127.0.0.1", 9]],
+        ["getaddrinfo", "localhost"],
+        ["getaddrinfo", "::1"],
     ]

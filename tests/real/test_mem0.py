@@ -41,8 +41,9 @@ def targeted(session: Session, name: str, workload, judge, plan, crash_budget: i
 
 def verdicts(session: Session, name: str, workload, judge, rr: RealRun):  # type: ignore[no-untyped-def]
     system = get_real_system(name)
-    return check_real(system, workload, rr, SerialCache(system, session, workload, judge, 0),
-                      RECOVERY)
+    return check_real(
+        system, workload, rr, SerialCache(system, session, workload, judge, 0), RECOVERY
+    )
 
 
 def live(rr: RealRun) -> list[str]:
@@ -78,8 +79,11 @@ def test_update_race_keeps_dave_and_a_history_that_looks_serial(mem0_1: Session)
     judge = ScriptedJudge(default="UPDATE")
     rr = targeted(mem0_1, "mem0-1.0.11", RACE, judge, BOTH_DECIDE_ON_BOB)
     assert live(rr) == ["Dave"]
-    assert history(rr) == [("ADD", None, "Bob"), ("UPDATE", "Bob", "Carol"),
-                           ("UPDATE", "Carol", "Dave")]
+    assert history(rr) == [
+        ("ADD", None, "Bob"),
+        ("UPDATE", "Bob", "Carol"),
+        ("UPDATE", "Carol", "Dave"),
+    ]
     found = verdicts(mem0_1, "mem0-1.0.11", RACE, judge, rr)
     assert not any(v.found for v in found.values())  # the lost decision is invisible
 
@@ -89,16 +93,24 @@ def test_history_forks_when_both_read_before_either_updates(mem0_1: Session) -> 
     plan = [(0, "clock.now", 1), (1, "clock.now", 0), (0, None, None), (1, None, None)]
     rr = targeted(mem0_1, "mem0-1.0.11", RACE, judge, plan)
     assert live(rr) == ["Dave"]
-    assert history(rr) == [("ADD", None, "Bob"), ("UPDATE", "Bob", "Carol"),
-                           ("UPDATE", "Bob", "Dave")]
+    assert history(rr) == [
+        ("ADD", None, "Bob"),
+        ("UPDATE", "Bob", "Carol"),
+        ("UPDATE", "Bob", "Dave"),
+    ]
 
 
 def test_faiss_update_is_not_atomic_and_drops_the_other_update(mem0_1: Session) -> None:
     """Agent 0's update is between FAISS's delete and insert when agent 1 looks the memory
     up: not found, so agent 1's UPDATE is dropped (only logged); Dave leaves no trace."""
     judge = ScriptedJudge(default="UPDATE")
-    plan = [(0, "llm.decide", 1), (1, "llm.decide", 0), (0, "vector.insert", 1),
-            (1, None, None), (0, None, None)]
+    plan = [
+        (0, "llm.decide", 1),
+        (1, "llm.decide", 0),
+        (0, "vector.insert", 1),
+        (1, None, None),
+        (0, None, None),
+    ]
     rr = targeted(mem0_1, "mem0-1.0.11", RACE, judge, plan)
     assert rr.outcomes[1] == ((),)  # add() returned, with no event
     assert live(rr) == ["Carol"]
@@ -123,8 +135,9 @@ def test_paper_n3_claim_without_crashes_bob_stays_in_history(mem0_1: Session) ->
 
 
 @pytest.mark.parametrize("crashed", [0, 1])
-def test_paper_n3_claim_one_crash_between_vector_and_history_write(mem0_1: Session,
-                                                                   crashed: int) -> None:
+def test_paper_n3_claim_one_crash_between_vector_and_history_write(
+    mem0_1: Session, crashed: int
+) -> None:
     """One crash between a vector-store write and its history row: the history loses that
     row, but Bob is still named (crash in Bob's add: Carol's UPDATE row has old_memory Bob;
     crash in Carol's: Bob's ADD row). N3 does not hold; RD does when Carol's row is lost (the
@@ -140,8 +153,7 @@ def test_paper_n3_claim_one_crash_between_vector_and_history_write(mem0_1: Sessi
     assert live(rr) == ["Carol"]
     found = verdicts(mem0_1, "mem0-1.0.11", workload, judge, rr)
     assert not found["N3"].found
-    assert "Bob" in get_real_system("mem0-1.0.11").host.recoverable(rr.observation,
-                                                                    "alice:manager")
+    assert "Bob" in get_real_system("mem0-1.0.11").host.recoverable(rr.observation, "alice:manager")
     assert found["RD"].found == (crashed == 1)
     assert not found["N1"].found and found["N1"].details["recovery_judge_calls"] == 0
 
@@ -149,8 +161,12 @@ def test_paper_n3_claim_one_crash_between_vector_and_history_write(mem0_1: Sessi
 def test_paper_n3_claim_holds_when_both_history_rows_are_lost(mem0_1: Session) -> None:
     judge = ScriptedJudge(default="UPDATE")
     workload = scenario("manager")
-    plan = [(0, "history.add", 0), ("crash:0", None, None), (1, "history.add", 0),
-            ("crash:1", None, None)]
+    plan = [
+        (0, "history.add", 0),
+        ("crash:0", None, None),
+        (1, "history.add", 0),
+        ("crash:1", None, None),
+    ]
     rr = targeted(mem0_1, "mem0-1.0.11", workload, judge, plan, crash_budget=1)
     assert live(rr) == ["Carol"] and history(rr) == []
     n3 = verdicts(mem0_1, "mem0-1.0.11", workload, judge, rr)["N3"]
@@ -164,8 +180,10 @@ def test_dpor_reaches_every_state_bounded_search_reaches(mem0_1: Session) -> Non
     judge = SimJudge(0.5, 0)
 
     def states(strategy) -> set[str]:  # type: ignore[no-untyped-def]
-        return {rr.state_digest for rr in real_runs(system, mem0_1, workload, strategy, judge,
-                                                    RECOVERY, budget=3000)}
+        return {
+            rr.state_digest
+            for rr in real_runs(system, mem0_1, workload, strategy, judge, RECOVERY, budget=3000)
+        }
 
     dpor, bounded = states(DPOR()), states(BoundedDFS(1))
     assert bounded <= dpor and len(dpor) >= 3
@@ -177,8 +195,9 @@ def test_same_seed_and_schedule_give_a_byte_identical_record_across_workers(
     """A witness found by exploration, replayed in two fresh worker processes: the same gate
     points, replies, ids, timestamps, history rows and memories, byte for byte."""
     system = get_real_system("mem0-1.0.11")
-    report = explore_real(system, RACE, DPOR(), SimJudge(0.5, 7), SimJudge(0.5, 8),
-                          budget=40, seed=7, out=tmp_path)
+    report = explore_real(
+        system, RACE, DPOR(), SimJudge(0.5, 7), SimJudge(0.5, 8), budget=40, seed=7, out=tmp_path
+    )
     assert report.witness_files, report.to_json()
     w = RealWitness.load(sorted(report.witness_files.values())[0])
     first, v1 = replay_real(w)
@@ -192,8 +211,9 @@ def test_telemetry_on_is_refused_at_exit_naming_posthog() -> None:
     require("mem0-1.0.11")
     system = dataclasses.replace(get_real_system("mem0-1.0.11"), env={"MEM0_TELEMETRY": "True"})
     with pytest.raises(NetworkRefused, match=r"us\.i\.posthog\.com.*posthog/"):
-        explore_real(system, scenario("manager"), DPOR(), SimJudge(), RECOVERY, budget=1,
-                     check=False)
+        explore_real(
+            system, scenario("manager"), DPOR(), SimJudge(), RECOVERY, budget=1, check=False
+        )
 
 
 # ---------------------------------------------------------------------------- mem0 2.2.1
@@ -231,8 +251,9 @@ def test_paper_n3_claim_on_2x_no_crash_erases_bob(mem0_2: Session) -> None:
     workload = scenario("manager")
     judge = ScriptedJudge(default="transition")
     serial = SerialCache(system, mem0_2, workload, judge, 0)
-    for rr in real_runs(system, mem0_2, workload, DPOR(), judge, RECOVERY, budget=1000,
-                        crash_budget=1):
+    for rr in real_runs(
+        system, mem0_2, workload, DPOR(), judge, RECOVERY, budget=1000, crash_budget=1
+    ):
         assert not check_real(system, workload, rr, serial, RECOVERY, ("N3",))["N3"].found
 
 
@@ -255,8 +276,13 @@ def test_history_lists_the_change_time_not_the_write_order(mem0_1: Session) -> N
 
     judge = ScriptedJudge(default="UPDATE")
     workload = scenario("manager")
-    rr = targeted(mem0_1, "mem0-1.0.11", workload, judge,
-                  [(0, "history.add", 0), (1, None, None), (0, None, None)])
+    rr = targeted(
+        mem0_1,
+        "mem0-1.0.11",
+        workload,
+        judge,
+        [(0, "history.add", 0), (1, None, None), (0, None, None)],
+    )
     written = [t["detail"]["event"] for t in rr.trace if t.get("point") == "history.add"]
     assert written == ["UPDATE", "ADD"]
     assert live(rr) == ["Carol"]
@@ -265,9 +291,23 @@ def test_history_lists_the_change_time_not_the_write_order(mem0_1: Session) -> N
     assert not verdicts(mem0_1, "mem0-1.0.11", workload, judge, rr)["RD"].found
     # the model, given the same rows in the order they were written
     model = get_system("mem0-1.0.11")
-    rows = {("hist", 0): {"memory_id": "m", "key": "alice:manager", "old": "Bob", "new": "Carol",
-                          "event": "UPDATE", "ver": 1},
-            ("hist", 1): {"memory_id": "m", "key": "alice:manager", "old": None, "new": "Bob",
-                          "event": "ADD", "ver": 0}}
+    rows = {
+        ("hist", 0): {
+            "memory_id": "m",
+            "key": "alice:manager",
+            "old": "Bob",
+            "new": "Carol",
+            "event": "UPDATE",
+            "ver": 1,
+        },
+        ("hist", 1): {
+            "memory_id": "m",
+            "key": "alice:manager",
+            "old": None,
+            "new": "Bob",
+            "event": "ADD",
+            "ver": 0,
+        },
+    }
     state = {**rows, ("mem", "alice:manager", "m"): {"value": "Carol", "ver": 1}}
     assert model.recover(state, ["alice:manager"], judge)["alice:manager"]["value"] == "Carol"

@@ -17,14 +17,35 @@ pytestmark = pytest.mark.real
 
 
 def toki(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "toki.cli", *args], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, **(env or {})}, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "toki.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 def test_run_prints_the_promised_json_and_writes_only_into_out(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = toki("real", "run", "toki-memory", "--workload", "manager", "--strategy", "dpor",
-                "--budget", "50", "--seed", "0", "--check", "--json", "--out", str(out))
+    done = toki(
+        "real",
+        "run",
+        "toki-memory",
+        "--workload",
+        "manager",
+        "--strategy",
+        "dpor",
+        "--budget",
+        "50",
+        "--seed",
+        "0",
+        "--check",
+        "--json",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     for key in ("system", "version", "schedules", "exhausted", "anomalies", "witnesses"):
@@ -39,8 +60,16 @@ def test_run_prints_the_promised_json_and_writes_only_into_out(tmp_path: Path) -
 
 
 def test_a_missing_environment_is_one_line_naming_the_setup_command(tmp_path: Path) -> None:
-    done = toki("real", "run", "mem0-1.0.11", "--workload", "manager", "--budget", "1",
-                env={"TOKI_REAL_CACHE": str(tmp_path)})
+    done = toki(
+        "real",
+        "run",
+        "mem0-1.0.11",
+        "--workload",
+        "manager",
+        "--budget",
+        "1",
+        env={"TOKI_REAL_CACHE": str(tmp_path)},
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "toki real setup mem0-1.0.11" in lines[0], done.stderr
@@ -64,9 +93,16 @@ def test_list_names_every_system_and_its_environment(capsys: pytest.CaptureFixtu
     assert main(["list", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     names = {s["name"] for s in data["systems"]}
-    assert names == {"mem0-1.0.11", "mem0-2.2.1", "toki-memory", "toki-sqlite",
-                     "graphiti-0.31.2", "langgraph-store-memory", "langgraph-store-postgres",
-                     "langmem-0.0.30"}
+    assert names == {
+        "mem0-1.0.11",
+        "mem0-2.2.1",
+        "toki-memory",
+        "toki-sqlite",
+        "graphiti-0.31.2",
+        "langgraph-store-memory",
+        "langgraph-store-postgres",
+        "langmem-0.0.30",
+    }
     shared = {s["name"]: s["environment"] for s in data["systems"]}
     assert shared["langmem-0.0.30"] == shared["langgraph-store-postgres"]  # one environment
     assert data["aliases"]["mem0-2.x"] == "mem0-2.2.1"

@@ -34,9 +34,19 @@ def get_workload(name: str):  # type: ignore[no-untyped-def]
 
 def states(session: Session, name: str, strategy, crash_budget: int = 0) -> set[str]:  # type: ignore[no-untyped-def]
     system = get_real_system(name)
-    return {rr.state_digest for rr in real_runs(system, session, scenario("manager"), strategy,
-                                                JUDGE, RECOVERY, budget=2000,
-                                                crash_budget=crash_budget)}
+    return {
+        rr.state_digest
+        for rr in real_runs(
+            system,
+            session,
+            scenario("manager"),
+            strategy,
+            JUDGE,
+            RECOVERY,
+            budget=2000,
+            crash_budget=crash_budget,
+        )
+    }
 
 
 def test_dpor_reaches_every_state_bounded_search_reaches(toki_sqlite: Session) -> None:
@@ -53,8 +63,9 @@ def test_dpor_on_real_code_keeps_its_assumptions() -> None:
     """DPOR's counters of broken assumptions (a step whose footprint changed on replay, a
     wake-up step that was not enabled, executions abandoned asleep) stay zero on real code:
     the footprints are functions of the prefix, as DPOR requires."""
-    report = explore_real(get_real_system("toki-sqlite"), scenario("manager"), DPOR(), JUDGE,
-                          RECOVERY, budget=500)
+    report = explore_real(
+        get_real_system("toki-sqlite"), scenario("manager"), DPOR(), JUDGE, RECOVERY, budget=500
+    )
     assert report.exhausted and report.schedules >= 4
     assert not {k: v for k, v in report.notes.items() if v}, report.notes
 
@@ -63,8 +74,9 @@ def test_same_seed_and_schedule_give_a_byte_identical_record(toki_sqlite: Sessio
     system = get_real_system("toki-sqlite")
     workload = scenario("manager")
     program, live = real_program(system, toki_sqlite, workload, JUDGE, seed=3)
-    first = next(real_runs(system, toki_sqlite, workload, DPOR(), JUDGE, RECOVERY, budget=1,
-                           seed=3))
+    first = next(
+        real_runs(system, toki_sqlite, workload, DPOR(), JUDGE, RECOVERY, budget=1, seed=3)
+    )
     records = []
     for _ in range(3):
         run = replay_schedule(program, first.schedule)
@@ -83,7 +95,8 @@ def test_a_crash_inside_the_write_lock_rolls_back_and_frees_the_lock(toki_sqlite
     rr = finish_run(system, toki_sqlite, live, run, RECOVERY, JUDGE)
     assert rr.observation["keys"]["alice:manager"]["history"] == ["Carol"]
     assert [t for t in rr.trace if "crash" in t] == [
-        {"crash": 0, "before": "store.append", "claim": 0}]
+        {"crash": 0, "before": "store.append", "claim": 0}
+    ]
     serial = SerialCache(system, toki_sqlite, workload, JUDGE, 0)
     verdicts = check_real(system, workload, rr, serial, RECOVERY)
     assert not any(v.found for v in verdicts.values()), verdicts
@@ -93,15 +106,23 @@ def test_a_crash_inside_the_write_lock_rolls_back_and_frees_the_lock(toki_sqlite
 def test_the_sqlite_deployment_admits_no_anomaly_with_crashes() -> None:
     """Exhaustive within DPOR's classes (one crash per agent): the write lock serialises
     each claim's read-judge-append, the log is the only record and is replayed on open."""
-    report = explore_real(get_real_system("toki-sqlite"), scenario("manager"), DPOR(), JUDGE,
-                          RECOVERY, budget=2000, crash_budget=1)
+    report = explore_real(
+        get_real_system("toki-sqlite"),
+        scenario("manager"),
+        DPOR(),
+        JUDGE,
+        RECOVERY,
+        budget=2000,
+        crash_budget=1,
+    )
     assert report.exhausted and report.schedules > 50
     assert sum(report.anomalies.values()) == 0, report.to_json()
     assert not {k: v for k, v in report.notes.items() if v}, report.notes
 
 
-def test_one_in_process_facade_shared_by_two_threads_loses_log_order(toki_memory: Session,
-                                                                      tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_one_in_process_facade_shared_by_two_threads_loses_log_order(
+    toki_memory: Session, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     """A finding about toki itself: the in-process store's write lock is a no-op, so two
     threads sharing one Memory interleave inside `_write`. Agent 0 folds Bob into the shared
     facade and parks before its append; agent 1 reads Bob (uncommitted), judges, appends
@@ -117,8 +138,16 @@ def test_one_in_process_facade_shared_by_two_threads_loses_log_order(toki_memory
     rd = check_real(system, workload, rr, serial, RECOVERY, ("RD",))["RD"]
     assert rd.found
     assert "is not after the log's last seq" in str(rd.observed)
-    w = RealWitness(system.name, "", "RD", workload, rr.schedule, judge_to_json(JUDGE),
-                    judge_to_json(RECOVERY), keys=rd.keys)
+    w = RealWitness(
+        system.name,
+        "",
+        "RD",
+        workload,
+        rr.schedule,
+        judge_to_json(JUDGE),
+        judge_to_json(RECOVERY),
+        keys=rd.keys,
+    )
     again = RealWitness.load(w.save(tmp_path / "w.json"))
     replayed, verdict = replay_real(again)
     assert verdict.found and replayed.record == rr.record
@@ -138,11 +167,19 @@ def test_opening_reads_log_and_projection_apart_and_rewrites_a_good_projection(
     system = get_real_system("toki-sqlite")
     workload = get_workload("manager-race")
     program, live = real_program(system, toki_sqlite, workload, JUDGE)
-    plan = [(0, "store.unlock", 0), (1, "store.load_projection", None), (0, "store.lock", 1),
-            (1, None, None), (0, None, None)]
+    plan = [
+        (0, "store.unlock", 0),
+        (1, "store.load_projection", None),
+        (0, "store.lock", 1),
+        (1, None, None),
+        (0, None, None),
+    ]
     rr = finish_run(system, toki_sqlite, live, run_plan(program, plan), RECOVERY)
-    opening = [t["detail"] for t in rr.trace if t.get("agent") == 1
-               and t.get("point") == "store.append" and t.get("claim") is None]
+    opening = [
+        t["detail"]
+        for t in rr.trace
+        if t.get("agent") == 1 and t.get("point") == "store.append" and t.get("claim") is None
+    ]
     assert opening == [{"events": [], "watermark": 0, "replace": True}]
     serial = SerialCache(system, toki_sqlite, workload, JUDGE, 0)
     assert not any(v.found for v in check_real(system, workload, rr, serial, RECOVERY).values())
@@ -155,6 +192,5 @@ def test_a_scripted_judge_decides_the_contradiction(toki_memory: Session) -> Non
     for pick, value in (("Bob", "Bob"), ("Carol", "Carol")):
         judge = ScriptedJudge(default=pick)
         program, live = real_program(system, toki_memory, workload, judge)
-        rr = finish_run(system, toki_memory, live, run_plan(program, [(0, None, None)]),
-                        RECOVERY)
+        rr = finish_run(system, toki_memory, live, run_plan(program, [(0, None, None)]), RECOVERY)
         assert rr.observation["keys"]["alice:manager"]["values"] == [value]

@@ -179,7 +179,9 @@ class Outcome:
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
-        "G0", "G0", "Read Committed basic requirements: write cycles (G0)",
+        "G0",
+        "G0",
+        "Read Committed basic requirements: write cycles (G0)",
         (
             w("T1", 1, 11),
             # pg RC: BLOCKS. PG RR (= SI) aborts it once T1 commits (concurrent update).
@@ -189,8 +191,12 @@ SCENARIOS: tuple[Scenario, ...] = (
             # pg: "select * from test; -- T1. Shows 1 => 11, 2 => 21" (T1's session, new txn).
             # RU sees T2's retried, uncommitted write (SQL Server RU: 1 => 12, 2 => 21);
             # RR's read waits for T2's write lock on row 1.
-            sel("T3", ALL, {"RC SI SER": {1: 11, 2: 21}, "RU": {1: 12, 2: 21},
-                            "RR": {1: 12, 2: 22}}, blocks="RR"),
+            sel(
+                "T3",
+                ALL,
+                {"RC SI SER": {1: 11, 2: 21}, "RU": {1: 12, 2: 21}, "RR": {1: 12, 2: 22}},
+                blocks="RR",
+            ),
             w("T2", 2, 22),
             commit("T2"),
             commit("T3"),
@@ -199,11 +205,14 @@ SCENARIOS: tuple[Scenario, ...] = (
         verdict={ALL_LEVELS: "✓"},
     ),
     Scenario(
-        "G1a", "G1a", "Read Committed basic requirements: aborted reads (G1a)",
+        "G1a",
+        "G1a",
+        "Read Committed basic requirements: aborted reads (G1a)",
         (
             w("T1", 1, 101),
-            sel("T2", ALL, {"RC RR SI SER": {1: 10, 2: 20}, "RU": {1: 101, 2: 20}},
-                blocks="RR"),  # pg: still shows 1 => 10
+            sel(
+                "T2", ALL, {"RC RR SI SER": {1: 10, 2: 20}, "RU": {1: 101, 2: 20}}, blocks="RR"
+            ),  # pg: still shows 1 => 10
             abort("T1"),
             sel("T2", ALL, {ALL_LEVELS: {1: 10, 2: 20}}),  # pg: still shows 1 => 10
             commit("T2"),
@@ -212,11 +221,17 @@ SCENARIOS: tuple[Scenario, ...] = (
         verdict={"RU": "—", "RC RR SI SER": "✓"},
     ),
     Scenario(
-        "G1b", "G1b", "Read Committed basic requirements: intermediate reads (G1b)",
+        "G1b",
+        "G1b",
+        "Read Committed basic requirements: intermediate reads (G1b)",
         (
             w("T1", 1, 101),
-            sel("T2", ALL, {"RC SI SER": {1: 10, 2: 20}, "RU": {1: 101, 2: 20},
-                            "RR": {1: 11, 2: 20}}, blocks="RR"),  # pg: still shows 1 => 10
+            sel(
+                "T2",
+                ALL,
+                {"RC SI SER": {1: 10, 2: 20}, "RU": {1: 101, 2: 20}, "RR": {1: 11, 2: 20}},
+                blocks="RR",
+            ),  # pg: still shows 1 => 10
             w("T1", 1, 11),
             commit("T1"),
             sel("T2", ALL, {"RU RC RR": {1: 11, 2: 20}, "SI SER": {1: 10, 2: 20}}),  # pg: 11
@@ -226,7 +241,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         verdict={"RU": "—", "RC RR SI SER": "✓"},
     ),
     Scenario(
-        "G1c", "G1c", "Read Committed basic requirements: circular information flow (G1c)",
+        "G1c",
+        "G1c",
+        "Read Committed basic requirements: circular information flow (G1c)",
         (
             w("T1", 1, 11),
             w("T2", 2, 22),
@@ -243,7 +260,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         verdict={"RU": "—", "RC RR SI SER": "✓"},
     ),
     Scenario(
-        "OTV", "OTV", "Observed Transaction Vanishes (OTV)",
+        "OTV",
+        "OTV",
+        "Observed Transaction Vanishes (OTV)",
         (
             w("T1", 1, 11),
             w("T1", 2, 19),
@@ -266,7 +285,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         "before T2's second write and shows it.",
     ),
     Scenario(
-        "PMP", "PMP", "Predicate-Many-Preceders (PMP), read predicate",
+        "PMP",
+        "PMP",
+        "Predicate-Many-Preceders (PMP), read predicate",
         (
             sel("T1", value_is(30), {ALL_LEVELS: {}}),  # pg: returns nothing
             w("T2", 3, 30),  # insert
@@ -280,14 +301,17 @@ SCENARIOS: tuple[Scenario, ...] = (
         verdict={"RU RC RR": "—", "SI SER": "✓"},
     ),
     Scenario(
-        "PMP-write", "PMP", "Predicate-Many-Preceders (PMP), write predicate",
+        "PMP-write",
+        "PMP",
+        "Predicate-Many-Preceders (PMP), write predicate",
         (
             upd("T1", ALL, plus(10), {ALL_LEVELS: {1: 20, 2: 30}}),
             # pg: BLOCKS. RC re-checks `value = 20` on row 2's new version (30) and deletes
             # nothing (EvalPlanQual); RU/RR re-run the delete on the new data and delete row 1;
             # SI/SER abort (pg RR: could not serialize access due to concurrent update).
-            delw("T2", value_is(20), {"RC": {}, "RU RR": {1: 20}}, blocks=ALL_LEVELS,
-                 fails="SI SER"),
+            delw(
+                "T2", value_is(20), {"RC": {}, "RU RR": {1: 20}}, blocks=ALL_LEVELS, fails="SI SER"
+            ),
             commit("T1"),  # pg: this unblocks T2
             sel("T2", value_is(20), {"RC": {1: 20}, "RU RR": {}}),  # pg: returns 1 => 20
             commit("T2"),
@@ -298,7 +322,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         "granted, so this script shows no PMP; RU still admits PMP for read predicates.",
     ),
     Scenario(
-        "P4", "P4", "Lost Update (P4)",
+        "P4",
+        "P4",
+        "Lost Update (P4)",
         (
             r("T1", 1, {ALL_LEVELS: 10}),
             r("T2", 1, {ALL_LEVELS: 10}),
@@ -313,7 +339,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         verdict={"RU RC": "—", "RR SI SER": "✓"},
     ),
     Scenario(
-        "G-single", "G-single", "Read Skew (G-single)",
+        "G-single",
+        "G-single",
+        "Read Skew (G-single)",
         (
             r("T1", 1, {ALL_LEVELS: 10}),  # pg: shows 1 => 10
             r("T2", 1, {ALL_LEVELS: 10}),
@@ -328,7 +356,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         verdict={"RU RC": "—", "RR SI SER": "✓"},
     ),
     Scenario(
-        "G-single-predicate", "G-single", "Read Skew (G-single), predicate dependencies",
+        "G-single-predicate",
+        "G-single",
+        "Read Skew (G-single), predicate dependencies",
         (
             sel("T1", value_mod(5), {ALL_LEVELS: {1: 10, 2: 20}}),
             upd("T2", value_is(10), set_to(12), {ALL_LEVELS: {1: 12}}, blocks="RR"),
@@ -340,7 +370,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         verdict={"RU RC": "—", "RR SI SER": "✓"},
     ),
     Scenario(
-        "G-single-write-predicate", "G-single", "Read Skew (G-single), write predicate",
+        "G-single-write-predicate",
+        "G-single",
+        "Read Skew (G-single), write predicate",
         (
             r("T1", 1, {ALL_LEVELS: 10}),  # pg: shows 1 => 10
             sel("T2", ALL, {ALL_LEVELS: {1: 10, 2: 20}}),
@@ -359,7 +391,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         verdict={"RU RC": "—", "RR SI SER": "✓"},
     ),
     Scenario(
-        "G2-item", "G2-item", "Write Skew (G2-item)",
+        "G2-item",
+        "G2-item",
+        "Write Skew (G2-item)",
         (
             sel("T1", id_in(1, 2), {ALL_LEVELS: {1: 10, 2: 20}}),
             sel("T2", id_in(1, 2), {ALL_LEVELS: {1: 10, 2: 20}}),
@@ -373,7 +407,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         verdict={"RU RC SI": "—", "RR SER": "✓"},
     ),
     Scenario(
-        "G2", "G2", "Anti-Dependency Cycles (G2)",
+        "G2",
+        "G2",
+        "Anti-Dependency Cycles (G2)",
         (
             sel("T1", value_mod(3), {ALL_LEVELS: {}}),
             sel("T2", value_mod(3), {ALL_LEVELS: {}}),
@@ -389,7 +425,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         verdict={"RU RC RR SI": "—", "SER": "✓"},
     ),
     Scenario(
-        "G2-two-edges", "G2", "Anti-Dependency Cycles (G2), Fekete et al.'s two rw edges",
+        "G2-two-edges",
+        "G2",
+        "Anti-Dependency Cycles (G2), Fekete et al.'s two rw edges",
         (
             sel("T1", ALL, {ALL_LEVELS: {1: 10, 2: 20}}),  # pg: shows 1 => 10, 2 => 20
             upd("T2", id_in(2), plus(5), {ALL_LEVELS: {2: 25}}, blocks="RR"),

@@ -161,8 +161,12 @@ def test_bad_arguments_are_refused_with_the_reason(kwargs: dict[str, Any], messa
 @given(
     rows=st.integers(1, 3),
     level=st.sampled_from(
-        [Isolation.READ_COMMITTED, Isolation.REPEATABLE_READ, Isolation.SNAPSHOT,
-         Isolation.SERIALIZABLE]
+        [
+            Isolation.READ_COMMITTED,
+            Isolation.REPEATABLE_READ,
+            Isolation.SNAPSHOT,
+            Isolation.SERIALIZABLE,
+        ]
     ),
     writer=st.booleans(),
     failures=st.integers(0, 2),

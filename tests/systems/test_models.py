@@ -257,9 +257,7 @@ def test_model_runs_and_serial_run_has_no_n2(name: str) -> None:
         (Records(inputs=False, decisions=False, concurrency=False), {"N1", "RD", "N2"}),
     ],
 )
-def test_abstention_follows_from_what_a_model_records(
-    records: Records, abstains: set[str]
-) -> None:
+def test_abstention_follows_from_what_a_model_records(records: Records, abstains: set[str]) -> None:
     assert set(abstentions(records)) == abstains
     assert "N3" not in abstentions(records)  # N3 asks the final store only: always runs
 

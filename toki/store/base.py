@@ -17,7 +17,7 @@ from toki.log import Event, event_from_record
 from toki.model import FactKey
 from toki.replay import KeySummary
 
-__all__ = ["EventStore", "Plan", "locked_transact", "open_store"]
+__all__ = ["EventStore", "Plan", "open_store"]
 
 Plan = Callable[[Sequence[Event], int], tuple[Sequence[Event], Mapping[FactKey, KeySummary]]]
 """A write's decision: (its partition's events, base seq) → (events to append, projection rows).
@@ -113,14 +113,3 @@ def events_from_rows(rows: Sequence[Sequence[object]], where: str) -> Iterator[E
         except (KeyError, ValueError) as exc:
             seq = record["seq"]
             raise IntegrityError(f"{where}: event seq {seq} is unreadable: {exc}") from exc
-
-
-def locked_transact(store: EventStore, keys: frozenset[FactKey], plan: Plan) -> int:
-    """The single-writer transaction shell from the protocol's primitives: under the writer
-    lock, read the partition, plan, append. For wrappers (e.g. the real matrix's gated store)."""
-    with store.write_lock():
-        wanted = [e for e in store.load(0) if e.key in keys]
-        events, rows = plan(wanted, store.last_seq())
-        if events:
-            store.append(events, rows, events[-1].seq)
-    return 0

@@ -33,7 +33,7 @@ from toki.judge import JudgeQuestion, Verdict
 from toki.log import Event
 from toki.model import Claim, FactKey
 from toki.replay import KeySummary
-from toki.store.base import EventStore, Plan, locked_transact
+from toki.store.base import EventStore, Plan
 from toki.store.memory import InMemoryStore
 from toki.store.sqlite import SQLiteStore
 from toki.systems.base import SimJudge
@@ -144,8 +144,10 @@ class GatedStore:
         self.inner.append(events, summaries, watermark, replace=replace)
 
     def transact(self, keys: frozenset[FactKey], level: Isolation, plan: Plan) -> int:
-        """The single-writer shell from this store's own (gated) lock, load and append."""
-        return locked_transact(self, keys, plan)
+        """One gate point (read the partition, append) under this store's gated lock."""
+        with self._locked():
+            self._gate("transact", ["events"], ["events", "projection"], {"keys": len(keys)})
+            return self.inner.transact(keys, level, plan)
 
     def sequence(self) -> int:
         return 0
