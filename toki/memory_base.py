@@ -187,16 +187,26 @@ class MemoryBase:
 
         wanted = frozenset(keys)
         with self._writer:
-            retries = self._store.transact(wanted, level, plan)
-            self._retries += retries
-            if made:
-                self._writes += 1
-                if not self._concurrent and made[0].seq == self._log.last_seq + 1:
-                    for event in made:  # one writer, nothing new in between: ours are next
-                        self._fold(event)
-                else:
+            if self._concurrent:
+                retries = self._store.transact(wanted, level, plan)
+                self._retries += retries
+                if made:
+                    self._writes += 1
                     self._catch_up()
-        return made
+                return made
+            # one writer (memory, SQLite): under its lock the caught-up live state is the
+            # partition as read inside the transaction; clone it rather than re-read it
+            with self._store.write_lock():
+                self._catch_up()
+                part = Partition.of_snapshot(wanted, self._snapshot, self._log.last_seq)
+                events = build(part)
+                if events:
+                    self._store.append(events, part.fold(events), events[-1].seq)
+            for event in events:  # committed: only now does this Memory see them
+                self._fold(event)
+            if events:
+                self._writes += 1
+            return events
 
     # -- input helpers ---------------------------------------------------------------------
 

@@ -40,6 +40,26 @@ class Partition:
             if event.key_seq > self._key_seq.get(event.key, 0):
                 self._key_seq[event.key] = event.key_seq
 
+    @classmethod
+    def of_snapshot(cls, keys: Iterable[FactKey], live: Snapshot, base_seq: int) -> Partition:
+        """The partition of a single-writer store, taken from the caught-up live snapshot
+        under the writer lock: clones of its keys' states (no replay), so that folding the
+        write's events for the projection rows leaves the live state untouched."""
+        part = cls(keys, (), base_seq)
+        snap = part.snapshot
+        snap.judge_log = live.judge_log  # read-only here: new verdicts go to ctx.new_calls
+        for key in part.keys:
+            state = live.keys.get(key)
+            if state is None:
+                continue
+            state._ensure_built()  # a cache the live state then maintains per event
+            snap.keys[key] = state.clone()
+            snap.version_key.update((vid, key) for vid in state.versions)
+            part._key_seq[key] = state.last_key_seq
+        snap.holds.update((t, k) for t, k in live.holds.items() if k in part.keys)
+        snap.watermark = live.watermark
+        return part
+
     def state(self, key: FactKey) -> KeyState | None:
         if key not in self.keys:  # a write may only decide from what its transaction read
             raise InvalidInput("key", f"{key} is not in this write's partition")
@@ -81,6 +101,10 @@ class Partition:
 
     def fold(self, events: Sequence[Event]) -> dict[FactKey, KeySummary]:
         """Apply the write's events to the scratch snapshot; the projection rows they change."""
-        for event in events:
-            self.snapshot.apply(event)
+        keys = self.snapshot.keys
+        for event in events:  # per key only: the snapshot's shared indexes stay untouched
+            state = keys.get(event.key)
+            if state is None:
+                state = keys[event.key] = KeyState(event.key)
+            state.apply(event)
         return rows_for(self.snapshot, {e.key for e in events})

@@ -212,6 +212,31 @@ class KeyState:
             insort(self.times, at)
             self._indexes.clear()
 
+    def clone(self) -> KeyState:
+        """An independent copy (a write folds its events into a clone before it commits)."""
+        return KeyState(
+            key=self.key,
+            versions=dict(self.versions),
+            proposed=set(self.proposed),
+            settled=set(self.settled),
+            confirmed=dict(self.confirmed),
+            closings={k: list(v) for k, v in self.closings.items()},
+            revoked=dict(self.revoked),
+            conflicts_opened=dict(self.conflicts_opened),
+            conflicts_resolved=dict(self.conflicts_resolved),
+            conflicts_of={k: set(v) for k, v in self.conflicts_of.items()},
+            decisions=list(self.decisions),
+            policies=list(self.policies),
+            last_key_seq=self.last_key_seq,
+            times=list(self.times),
+            standing=dict(self.standing),
+            by_end=list(self.by_end),
+            active=set(self.active),
+            proposed_pending=set(self.proposed_pending),
+            closed_by={k: set(v) for k, v in self.closed_by.items()},
+            _built=self._built,
+        )
+
     def _ensure_built(self) -> None:
         """Build the latest-epoch structures once; a bulk replay never pays for them per event."""
         if not self._built:

@@ -83,7 +83,7 @@ class _FailingConn:
 
 
 SQLITE_POINTS = [
-    "SELECT SEQ, KEY_SEQ",  # the partition read
+    "SELECT COALESCE(MAX(SEQ)",  # the catch-up read inside the transaction
     "INSERT INTO TOKI_EVENT",  # the event append
     "INSERT OR REPLACE INTO TOKI_CURRENT",  # the projection rows
     "UPDATE TOKI_META",  # the watermark
