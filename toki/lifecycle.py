@@ -407,7 +407,7 @@ class LifecycleOps(WritePath):
         again, and a stochastic judge may decide differently (N1)."""
         from toki.memory import Memory
 
-        fresh = Memory(clock=self._clock, isolation=self.isolation)
+        fresh = Memory(clock=self._clock, isolation=self._isolation)
         fresh._operators = dict(self._operators)
         log = JudgeLog.from_events(self._log) if use_keyed_log else None
         fresh._judge_log_cache = log

@@ -386,3 +386,35 @@ def test_pg_writes_to_different_keys_do_not_wait_for_each_other(
     assert b.current(FactKey("t", "b", "city")).value == "city-3"
     a.close()
     b.close()
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_single_writer_transact_shell_reads_the_partition_and_commits(
+    tmp_path: Path, backend: str
+) -> None:
+    """`EventStore.transact` (the shell a simulator-backed store implements) on the serial
+    backends: the plan sees the key's committed events; a failing plan leaves nothing."""
+    from toki.log import EventKind as Kind
+    from toki.partition import Partition
+
+    store = InMemoryStore() if backend == "memory" else SQLiteStore(tmp_path / "t.db")
+    mem = Memory(store)
+    mem.write(_claim(1, "Lisbon"), LWW)
+    seen: list[int] = []
+
+    def plan(events: Any, base_seq: int) -> Any:
+        seen.append(len(events))
+        part = Partition([K], events, base_seq)
+        new = [part.new(Kind.POLICY, K, mem.events()[-1].recorded_at, (), {"policy": {}})]
+        return new, part.fold(new)
+
+    assert store.transact(frozenset([K]), Isolation.SERIALIZABLE, plan) == 0
+    assert seen == [len(mem.events())]
+    assert mem.refresh() == 1
+
+    def failing(events: Any, base_seq: int) -> Any:
+        raise Boom("plan")
+
+    with pytest.raises(Boom):
+        store.transact(frozenset([K]), Isolation.SERIALIZABLE, failing)
+    assert mem.refresh() == 0
