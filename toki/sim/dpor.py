@@ -63,8 +63,9 @@ class DPOR:
 
     Counters in the exploration notes: `dpor_sleep_blocked` (executions abandoned because every
     enabled process was asleep), `dpor_footprint_drift` (a wakeup-tree step whose footprint,
-    when run, was not covered by the one it was inserted with) and `dpor_disabled_wakeup` (a wakeup-tree step that was not enabled).
-    All three are zero when the theory's assumptions hold; the tests assert it.
+    when run, was not covered by the one it was inserted with) and `dpor_disabled_wakeup` (a
+    wakeup-tree step that was not enabled). All three are zero when the theory's assumptions
+    hold; the tests assert it.
     """
 
     @property
