@@ -302,8 +302,11 @@ class Execution:
         a.enabler = -1
         txn = a.txn
         result: Any = None
-        if self.ssi is not None and txn is not None and kind != _LOCAL:
-            self.ssi.step(a.index, step, kind)
+        if self.ssi is not None:
+            if txn is not None and kind != _LOCAL:
+                self.ssi.step(a.index, step, kind)
+            elif kind == _BEGIN:
+                self.ssi.begin(a.index)
         if kind >= _COMMIT or kind == _BEGIN:  # commit, abort, local, begin
             if kind == _COMMIT and txn is not None:
                 try:
@@ -622,63 +625,78 @@ class Execution:
 
 
 class _SsiGroups:
-    """Which agents' SERIALIZABLE bookkeeping a step may read or change (docs/exploration.md).
+    """Which transactions' SERIALIZABLE bookkeeping a step may read or change
+    (docs/exploration.md).
 
     SSI decides aborts on the rw-antidependency graph: a step of transaction T looks at the
     transactions it gains an edge with, their neighbours, and (a commit) the in-neighbours of
     its in-neighbours. All of those are connected to T by rw-edges, and an edge joins two
-    transactions that touched a common key. So the agents are kept in groups (union-find):
-    a statement joins its agent's group with the groups of every agent it could gain an edge
-    with (a read of k: the agents that ever wrote k; a write of k: those that ever read k or
-    hold a predicate read); a predicate statement (select, update/delete where) joins
-    everyone. Groups only grow, so a step's group is an upper bound of the component of its
-    transaction in the store's graph, whatever happened before. A step's footprint writes
-    ("ssi", j) for every agent j of the groups it touches; steps of disjoint groups commute.
+    concurrent transactions that touched a common key. So transactions are kept in groups
+    (union-find), each named by (agent, n) = the agent's n-th transaction, a name that is the
+    same in every equivalent schedule. A statement joins its transaction's group with the
+    groups of every transaction of *another* agent it could gain an edge with (a read of k:
+    those that wrote k; a write of k: those that read k or ran a predicate statement; an
+    agent's earlier transactions ended before this one began, so they are never concurrent
+    with it); a predicate statement (select, update/delete where) joins everything. Groups
+    only grow, so a step's group is an upper bound of its transaction's component in the
+    store's graph. A step's footprint writes ("ssi", node) for every node of the groups it
+    touches; steps of disjoint groups commute.
     """
 
-    __slots__ = ("parent", "predicates", "readers", "writers")
+    __slots__ = ("count", "current", "parent", "predicates", "readers", "writers")
 
     def __init__(self, n: int) -> None:
-        self.parent = list(range(n))
-        self.readers: dict[Hashable, set[int]] = {}  # key -> agents that ever read it
-        self.writers: dict[Hashable, set[int]] = {}  # key -> agents that ever wrote it
-        self.predicates: set[int] = set()  # agents that ever ran a predicate statement
+        self.count = [0] * n  # transactions begun so far, per agent
+        self.current: list[tuple[int, int]] = [(i, 0) for i in range(n)]
+        self.parent: dict[tuple[int, int], tuple[int, int]] = {}
+        self.readers: dict[Hashable, set[tuple[int, int]]] = {}  # key -> nodes that read it
+        self.writers: dict[Hashable, set[tuple[int, int]]] = {}  # key -> nodes that wrote it
+        self.predicates: set[tuple[int, int]] = set()  # nodes that ran a predicate statement
 
-    def _root(self, i: int) -> int:
+    def begin(self, agent: int) -> None:
+        self.count[agent] += 1
+        node = (agent, self.count[agent])
+        self.current[agent] = node
+        self.parent[node] = node
+
+    def _root(self, node: tuple[int, int]) -> tuple[int, int]:
         parent = self.parent
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
 
-    def _partners(self, agent: int, step: Any, kind: int) -> set[int] | None:
-        """The agents whose transactions the step may gain an rw-edge with (None: anyone)."""
+    def _partners(self, agent: int, step: Any, kind: int) -> set[tuple[int, int]] | None:
+        """Other agents' transactions the step may gain an rw-edge with (None: any)."""
         if kind == _READ:
-            return self.writers.get(step.key, set())
-        if kind in (_WRITE, _DELETE):
-            return self.readers.get(step.key, set()) | self.predicates
-        if kind in (_SELECT, _UPDATE, _DELETE_WHERE):
+            found = self.writers.get(step.key, ())
+        elif kind in (_WRITE, _DELETE):
+            found = self.readers.get(step.key, set()) | self.predicates
+        elif kind in (_SELECT, _UPDATE, _DELETE_WHERE):
             return None
-        return set()  # commit, abort (and a crash's rollback): only the existing edges
+        else:
+            return set()  # commit, abort (and a crash's rollback): only the existing edges
+        return {node for node in found if node[0] != agent}
 
     def resources(self, agent: int, step: Any, kind: int) -> frozenset[Resource]:
         partners = self._partners(agent, step, kind)
         if partners is None:
             return frozenset((_SSI_ALL,))
-        roots = {self._root(agent)} | {self._root(p) for p in partners}
-        return frozenset(("ssi", j) for j in range(len(self.parent)) if self._root(j) in roots)
+        roots = {self._root(self.current[agent])} | {self._root(p) for p in partners}
+        return frozenset(("ssi", node) for node in self.parent if self._root(node) in roots)
 
     def step(self, agent: int, step: Any, kind: int) -> None:
-        """Record that `agent` runs `step` in a transaction (whatever its outcome)."""
+        """Record that `agent` runs `step` in its transaction (whatever its outcome)."""
+        me = self.current[agent]
         partners = self._partners(agent, step, kind)
         if partners is None:
-            partners = set(range(len(self.parent)))
-            self.predicates.add(agent)
+            partners = set(self.parent)
+            self.predicates.add(me)
         elif kind == _READ:
-            self.readers.setdefault(step.key, set()).add(agent)
+            self.readers.setdefault(step.key, set()).add(me)
         elif kind in (_WRITE, _DELETE):
-            self.writers.setdefault(step.key, set()).add(agent)
-        root = self._root(agent)
+            self.writers.setdefault(step.key, set()).add(me)
+        root = self._root(me)
         for p in partners:
             self.parent[self._root(p)] = root
 
