@@ -628,9 +628,15 @@ def performance(root: Path, m: Macros) -> Assets:
         m.set("DporMaxRatio", num(sim["summary"]["max_dpor_ratio"] or 0, 2))
         m.set("ExhaustiveMax", f"{max(r['exhaustive'] for r in progs):,}".replace(",", "{,}"))
         m.set("SimStepsPerS", f"{sim['summary']['random_walk_steps_per_s']:,}".replace(",", "{,}"))
+        ser = {r["program"]: r for r in progs}.get("doctors-ser")
+        if ser:
+            m.set("DporDoctorsSer", f"{ser['dpor']:,}".replace(",", "{,}"))
+            m.set("ExhaustiveDoctorsSer", f"{ser['exhaustive']:,}".replace(",", "{,}"))
+        else:
+            m.missing(["DporDoctorsSer", "ExhaustiveDoctorsSer"], sim_cmd)
     else:
         m.missing(["DporPrograms", "DporCounted", "DporMaxRatio", "ExhaustiveMax",
-                   "SimStepsPerS"], sim_cmd)
+                   "SimStepsPerS", "DporDoctorsSer", "ExhaustiveDoctorsSer"], sim_cmd)
     relay = {r["level"]: r for r in (sim or {}).get("relay", [])}
     if {"read_uncommitted", "read_committed", "snapshot"} <= relay.keys():
         ru, rc, si = relay["read_uncommitted"], relay["read_committed"], relay["snapshot"]

@@ -321,8 +321,15 @@ def fp_after(prog: Program, prefix: list[Any], pid: int) -> Footprint:
             [0, 0, 1, 1],
             True,
         ),
-        # SERIALIZABLE: every store step is dependent on every other (SSI state is global)
-        (SER, [Begin(), Read("y"), Read("y")], [Begin(), Read("x"), Read("x")], [0, 0, 1, 1], True),
+        # SERIALIZABLE: transactions that cannot share an rw-edge commute (SSI groups)
+        (SER, [Begin(), Read("y"), Read("y")], [Begin(), Read("x"), Read("x")], [0, 0, 1, 1], False),
+        (SER, [Begin(), Read("y"), Read("y")], [Begin(), Write("x", 1), Commit()], [0, 0, 1, 1], False),
+        # ... a read of a key the other transaction wrote may doom it (or fail)
+        (SER, [Begin(), Read("y"), Read("x")], [Begin(), Write("x", 1), Read("y")], [0, 0, 1, 1], True),
+        # ... a write of a key the other read creates an rw-edge: their groups join
+        (SER, [Begin(), Read("x"), Read("y")], [Begin(), Read("y"), Write("x", 1)], [0, 0, 1, 1], True),
+        # ... even a read-only commit decides whether a later snapshot is concurrent with it
+        (SER, [Begin(), Read("y")], [Begin(), Read("x"), Commit()], [0, 1, 1], True),
         # local steps commute with everything
         (SER, [Begin(), Local()], [Begin(), Write("x", 1), Commit()], [0, 1, 1], False),
         # two first writes of different keys commute; a second write may deadlock: it does not
@@ -343,6 +350,34 @@ def test_dependence_of_next_steps(
     fa, fb = fp_after(prog, prefix, 0), fp_after(prog, prefix, 1)
     assert dependent(fa, fb) is expect
     assert dependent(fb, fa) is expect
+
+
+def test_serializable_commits_two_rw_edges_apart_are_dependent() -> None:
+    """T_in -rw-> pivot -rw-> T_out, where T_in and T_out share no key: T_out's commit dooms
+    the pivot only while T_in is active, so the two commits do not commute. They share no key
+    resource; the SSI group (joined by the pivot's edges) makes them dependent."""
+
+    def agent(steps: list[Any]) -> Any:
+        def gen() -> Any:
+            results = []
+            for step in steps:
+                results.append((yield step))
+            yield Abort()
+            return tuple(type(r).__name__ for r in results)
+
+        return gen
+
+    t_in = [Begin(), Read("x"), Commit()]
+    pivot = [Begin(), Write("x", 1), Read("y"), Commit()]
+    t_out = [Begin(), Write("y", 1), Commit()]
+    prog = program("chain", SER, {"x": 0, "y": 0}, [agent(t_in), agent(pivot), agent(t_out)])
+    prefix = [0, 0, 1, 1, 1, 2, 2]  # T_in reads x, the pivot writes x, reads y, T_out writes y
+    f_in, f_out = fp_after(prog, prefix, 0), fp_after(prog, prefix, 2)
+    assert not f_in.keys_written & f_out.keys_written and not f_in.keys_read & f_out.keys_read
+    assert dependent(f_in, f_out)
+    out_first = run(prog, [*prefix, 2, 0, 1, 1]).outcomes()
+    in_first = run(prog, [*prefix, 0, 2, 1, 1]).outcomes()
+    assert out_first[1] != in_first[1]  # the pivot's commit fails in one order only
 
 
 def test_footprint_fields_describe_the_step() -> None:

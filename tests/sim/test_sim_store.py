@@ -274,3 +274,41 @@ def test_serializable_forgets_transactions_no_one_overlaps() -> None:
     assert s.active() == ()
     internal: Any = s
     assert len(internal._ssi) == 0 and not internal._siread and not internal._pred_holders
+
+
+def _doomed_pivot(s: SimStore) -> tuple[int, int]:
+    """T1 reads keys 3 and 2 and writes 1; X overwrites 2 and commits (T1 -rw-> X); T3 reads
+    1, sees T1's pending write and dooms T1 (a pivot whose out-conflict committed first).
+    Returns (T1, T3); T1 is active, doomed, and still holds its SIREAD lock on key 3."""
+    t1 = s.begin()
+    s.read(t1, 3)
+    s.read(t1, 2)
+    s.write(t1, 1, 11)
+    x = s.begin()
+    s.write(x, 2, 21)
+    s.commit(x)
+    t3 = s.begin()
+    assert s.read(t3, 1) == 10
+    return t1, t3
+
+
+def test_a_doomed_reader_does_not_make_a_writer_fail() -> None:
+    """PostgreSQL's CheckTargetForConflictsIn skips doomed readers ("a transaction that will
+    roll back"): writing what a doomed transaction read creates no rw-edge and cannot make
+    the writer a pivot. Found when this store counted doomed readers as live: T4 (whose own
+    out-conflict Y committed first) failed at its write although its only in-conflict came
+    from a transaction already condemned to roll back."""
+    s = SimStore(SER, initial={1: 10, 2: 20, 3: 30, 4: 40})
+    t1, t3 = _doomed_pivot(s)
+    t4 = s.begin()
+    s.read(t4, 4)
+    y = s.begin()
+    s.write(y, 4, 41)  # T4 -rw-> Y, Y commits first
+    s.commit(y)
+    s.write(t4, 3, 31)  # T1 read 3, but T1 is doomed: no T1 -rw-> T4, no pivot
+    s.commit(t4)
+    with pytest.raises(SerializationFailure, match="pivot"):
+        s.read(t1, 3)
+    s.commit(t3)
+    assert s.snapshot() == {1: 10, 2: 21, 3: 31, 4: 41}
+

@@ -80,7 +80,8 @@ _DATA_ALL: Final[Resource] = ("data", ALL)
 _XLOCK_ALL: Final[Resource] = ("xlock", ALL)
 _SLOCK_ALL: Final[Resource] = ("slock", ALL)
 _WAITS: Final[Resource] = ("waits", None)
-_SSI: Final[Resource] = ("ssi", None)
+_SSI_ALL: Final[Resource] = ("ssi", ALL)
+_SEQ: Final[Resource] = ("seq", None)
 _EMPTY: Final[frozenset[Resource]] = frozenset()
 
 
@@ -158,6 +159,7 @@ class Execution:
         "n",
         "pids",
         "program",
+        "ssi",
         "steps",
         "store",
         "track",
@@ -191,6 +193,7 @@ class Execution:
         self.waits_on: dict[int, frozenset[int]] = {}  # crash event -> its victim's blockers
         self.en: list[int] | None = None  # cache of enabled(); None when it may have changed
         self.agents = [_AgentState(i, gen) for i, gen in enumerate(world.agents)]
+        self.ssi = _SsiGroups(self.n) if self.level == _SER else None
         for a in self.agents:
             try:
                 first = next(a.gen)
@@ -299,6 +302,11 @@ class Execution:
         a.enabler = -1
         txn = a.txn
         result: Any = None
+        if self.ssi is not None:
+            if txn is not None and kind != _LOCAL:
+                self.ssi.step(a.index, step, kind)
+            elif kind == _BEGIN:
+                self.ssi.begin(a.index)
         if kind >= _COMMIT or kind == _BEGIN:  # commit, abort, local, begin
             if kind == _COMMIT and txn is not None:
                 try:
@@ -517,28 +525,37 @@ class Execution:
                     writes=step.writes | {me},  # type: ignore[union-attr]
                 )
             return Footprint(name, a.index, txn, writes=frozenset((me,)))
-        if kind == _BEGIN:
-            return Footprint(name, a.index, None, writes=frozenset((me, _SSI) if ser else (me,)))
-        if txn is None:  # an abort without a transaction, or a statement after a failure
+        if kind == _BEGIN or txn is None:
+            # a begin touches no shared state (SERIALIZABLE included: a transaction that has
+            # run no statement has no snapshot, no reads, no writes and no rw-edges); an abort
+            # without a transaction or a statement after a failure does not reach the store
             return Footprint(name, a.index, None, writes=frozenset((me,)))
         writes: set[Resource] = {me}
+        groups = self.ssi
+        if groups is not None:
+            writes |= groups.resources(a.index, step, kind)
         if kind in (_COMMIT, _ABORT):
-            if txn is not None:
-                writes.update(("xlock", k) for k in a.wset)
-                writes.update(("slock", k) for k in a.sset)
-                if kind == _COMMIT:
-                    writes.update(("data", k) for k in a.wset)
+            writes.update(("xlock", k) for k in a.wset)
+            writes.update(("slock", k) for k in a.sset)
+            if kind == _COMMIT:
+                writes.update(("data", k) for k in a.wset)
                 if ser:
-                    writes.add(_SSI)
+                    writes.add(_SEQ)  # even a read-only commit decides who is concurrent
             return Footprint(name, a.index, txn, writes=frozenset(writes))
         reads: set[Resource] = set()
         shares: set[Resource] = set()
         if level >= _SI and not a.attempted:
             reads.add(_DATA_ALL)  # the first statement fixes the snapshot
+            if ser:
+                reads.add(_SEQ)
         can_block = can_fail = False
         if kind == _READ:
             key = step.key  # type: ignore[union-attr]
-            if level == _RC:
+            if ser:
+                # the rw-edge to a concurrent writer: its later versions and its pending one
+                reads.update((("xlock", key), ("data", key)))
+                can_fail = True
+            elif level == _RC:
                 reads.add(("data", key))
             elif level == _RU:
                 reads.update((("xlock", key), ("data", key)))
@@ -547,7 +564,10 @@ class Execution:
                 shares.add(("slock", key))
                 can_block = True
         elif kind == _SELECT:
-            if level == _RC:
+            if ser:
+                reads.update((_XLOCK_ALL, _DATA_ALL))
+                can_fail = True
+            elif level == _RC:
                 reads.add(_DATA_ALL)
             elif level == _RU:
                 reads.update((_XLOCK_ALL, _DATA_ALL))
@@ -576,8 +596,6 @@ class Execution:
             writes.update(("slock", k) for k in a.sset)
         if can_block and holds:
             writes.add(_WAITS)  # it may wait, and someone may be waiting for its locks
-        if ser:
-            writes.add(_SSI)
         return Footprint(
             name,
             a.index,
@@ -595,8 +613,8 @@ class Execution:
             writes.update(("slock", k) for k in a.sset)
             if a.waiting and (a.wset or a.sset):
                 writes.add(_WAITS)
-            if self.level == _SER:
-                writes.add(_SSI)
+            if self.ssi is not None:
+                writes |= self.ssi.resources(a.index, None, _ABORT)
         return Footprint("crash", a.index, a.txn, writes=frozenset(writes))
 
     def fault_footprint(self, f: Fault) -> Footprint:
@@ -604,6 +622,83 @@ class Execution:
         writes: set[Resource] = {("fault", f.name)}
         writes.update(("agent", i) for i in affects)
         return Footprint("fault", None, None, writes=frozenset(writes))
+
+
+class _SsiGroups:
+    """Which transactions' SERIALIZABLE bookkeeping a step may read or change
+    (docs/exploration.md).
+
+    SSI decides aborts on the rw-antidependency graph: a step of transaction T looks at the
+    transactions it gains an edge with, their neighbours, and (a commit) the in-neighbours of
+    its in-neighbours. All of those are connected to T by rw-edges, and an edge joins two
+    concurrent transactions that touched a common key. So transactions are kept in groups
+    (union-find), each named by (agent, n) = the agent's n-th transaction, a name that is the
+    same in every equivalent schedule. A statement joins its transaction's group with the
+    groups of every transaction of *another* agent it could gain an edge with (a read of k:
+    those that wrote k; a write of k: those that read k or ran a predicate statement; an
+    agent's earlier transactions ended before this one began, so they are never concurrent
+    with it); a predicate statement (select, update/delete where) joins everything. Groups
+    only grow, so a step's group is an upper bound of its transaction's component in the
+    store's graph. A step's footprint writes ("ssi", node) for every node of the groups it
+    touches; steps of disjoint groups commute.
+    """
+
+    __slots__ = ("count", "current", "parent", "predicates", "readers", "writers")
+
+    def __init__(self, n: int) -> None:
+        self.count = [0] * n  # transactions begun so far, per agent
+        self.current: list[tuple[int, int]] = [(i, 0) for i in range(n)]
+        self.parent: dict[tuple[int, int], tuple[int, int]] = {}
+        self.readers: dict[Hashable, set[tuple[int, int]]] = {}  # key -> nodes that read it
+        self.writers: dict[Hashable, set[tuple[int, int]]] = {}  # key -> nodes that wrote it
+        self.predicates: set[tuple[int, int]] = set()  # nodes that ran a predicate statement
+
+    def begin(self, agent: int) -> None:
+        self.count[agent] += 1
+        node = (agent, self.count[agent])
+        self.current[agent] = node
+        self.parent[node] = node
+
+    def _root(self, node: tuple[int, int]) -> tuple[int, int]:
+        parent = self.parent
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    def _partners(self, agent: int, step: Any, kind: int) -> set[tuple[int, int]] | None:
+        """Other agents' transactions the step may gain an rw-edge with (None: any)."""
+        if kind == _READ:
+            found = self.writers.get(step.key, ())
+        elif kind in (_WRITE, _DELETE):
+            found = self.readers.get(step.key, set()) | self.predicates
+        elif kind in (_SELECT, _UPDATE, _DELETE_WHERE):
+            return None
+        else:
+            return set()  # commit, abort (and a crash's rollback): only the existing edges
+        return {node for node in found if node[0] != agent}
+
+    def resources(self, agent: int, step: Any, kind: int) -> frozenset[Resource]:
+        partners = self._partners(agent, step, kind)
+        if partners is None:
+            return frozenset((_SSI_ALL,))
+        roots = {self._root(self.current[agent])} | {self._root(p) for p in partners}
+        return frozenset(("ssi", node) for node in self.parent if self._root(node) in roots)
+
+    def step(self, agent: int, step: Any, kind: int) -> None:
+        """Record that `agent` runs `step` in its transaction (whatever its outcome)."""
+        me = self.current[agent]
+        partners = self._partners(agent, step, kind)
+        if partners is None:
+            partners = set(self.parent)
+            self.predicates.add(me)
+        elif kind == _READ:
+            self.readers.setdefault(step.key, set()).add(me)
+        elif kind in (_WRITE, _DELETE):
+            self.writers.setdefault(step.key, set()).add(me)
+        root = self._root(me)
+        for p in partners:
+            self.parent[self._root(p)] = root
 
 
 def _canonical(rows: dict[Any, Any]) -> dict[Any, Any]:

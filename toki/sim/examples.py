@@ -209,4 +209,13 @@ BENCHMARKS: dict[str, Callable[[], Program]] = {
         "crash-rc", RC, {"x": 0}, INCREMENTS, survive_crash=True, crash_budget=1
     ),
     "inbox-fault-rc": lambda: inbox_program("inbox-fault-rc", RC, [("lead", 2), ("lead", 1)]),
+    # the same shapes at SERIALIZABLE, where DPOR uses the SSI groups (docs/exploration.md)
+    "increments-ser": lambda: script_program("increments-ser", SER, {"x": 0}, _JUDGED_INCREMENTS),
+    "judges-ser": lambda: script_program("judges-ser", SER, {"x": 0, "y": 0}, JUDGES),
+    "disjoint-ser": lambda: script_program(
+        "disjoint-ser", SER, {"x": 0, "y": 0, "z": 0}, _DISJOINT
+    ),
+    "crash-ser": lambda: script_program(
+        "crash-ser", SER, {"x": 0}, INCREMENTS, survive_crash=True, crash_budget=1
+    ),
 }

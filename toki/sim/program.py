@@ -60,6 +60,7 @@ __all__ = [
     "UpdateWhere",
     "World",
     "Write",
+    "covers",
     "dependent",
     "program",
 ]
@@ -363,6 +364,30 @@ def dependent(a: Footprint, b: Footprint) -> bool:
     if a.agent is not None and a.agent == b.agent:
         return True
     return _meet(a._w, b._any) or _meet(b._w, a._rs) or _meet(a._s, b._r) or _meet(b._s, a._r)
+
+
+def covers(guess: Footprint, actual: Footprint) -> bool:
+    """True when every step dependent with `actual` is dependent with `guess` too: the same
+    agent, and each access of `actual` is matched by an access of `guess` at least as strong
+    (a write covers everything, a share covers a read; (family, ALL) covers the family).
+
+    At SERIALIZABLE a footprint may shrink when a step runs earlier than where it was first
+    seen (fewer rw-antidependency groups have been joined); DPOR's wakeup trees keep the
+    larger footprint, which is only more conservative (docs/exploration.md)."""
+    if guess.agent != actual.agent or guess.kind != actual.kind:
+        return False
+    strong = (guess._w, _access(guess.writes | guess.shares), guess._any)
+    return all(
+        _within(resource, acc)
+        for resource_set, acc in zip(
+            (actual.writes, actual.shares, actual.reads), strong, strict=True
+        )
+        for resource in resource_set
+    )
+
+
+def _within(resource: Resource, acc: _Access) -> bool:
+    return resource in acc.items or resource[0] in acc.wild
 
 
 def resources(family: str, keys: Iterable[Any]) -> frozenset[Resource]:

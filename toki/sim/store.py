@@ -720,7 +720,7 @@ class SimStore:
         else:
             holder = self._xlock.get(key)
             writer = self._ssi.get(holder) if holder is not None and holder != t.id else None
-        if writer is not None and writer is not t:
+        if writer is not None and writer is not t and not writer.doomed:
             self._flag(t, writer, t)
 
     def _ssi_predicate_read(
@@ -731,7 +731,9 @@ class SimStore:
         if not any(p is where for p in t.preds):
             t.preds.append(where)
         self._pred_holders[t.id] = t
-        for key, vs in self._versions.items():
+        # Keys in a canonical order: which writers this read dooms must not depend on the
+        # order in which independent commits first installed the keys (docs/exploration.md).
+        for key, vs in sorted(self._versions.items(), key=_by_key):
             if key in t.writes:
                 continue
             idx = _visible_index(vs, snap)
@@ -741,29 +743,31 @@ class SimStore:
             for v in vs[idx + 1 :]:
                 if not v.deleted and where(key, v.value):
                     writer = self._ssi.get(v.writer)
-                    if writer is not None:
+                    if writer is not None and not writer.doomed:
                         self._flag(t, writer, t)
-        for key, holder in list(self._xlock.items()):
+        for key, holder in sorted(self._xlock.items(), key=_by_key):
             if holder == t.id:
                 continue
             p = self._active[holder].writes[key]
-            if not p.deleted and where(key, p.value):
-                self._flag(t, self._ssi[holder], t)
+            w = self._ssi[holder]
+            if not p.deleted and not w.doomed and where(key, p.value):
+                self._flag(t, w, t)
 
     def _conflict_in(self, t: _Txn, key: Key, value: Any, live: bool, snap: int) -> None:
         """A write by `t` overwrites what a concurrent transaction read (item SIREAD) or
-        would change what its predicate read returned: rw edge from that reader to us."""
+        would change what its predicate read returned: rw edge from that reader to us.
+        A doomed reader is skipped, as PostgreSQL does: it will roll back."""
         readers = self._siread.get(key)
         if readers:
             for rid in sorted(readers):
                 r = self._ssi.get(rid)
-                if r is None or r is t:
+                if r is None or r is t or r.doomed:
                     continue
                 if r.commit_seq is None or r.commit_seq > snap:
                     self._flag(r, t, t)
         if live and self._pred_holders:
             for r in list(self._pred_holders.values()):
-                if r is t or (r.commit_seq is not None and r.commit_seq <= snap):
+                if r is t or r.doomed or (r.commit_seq is not None and r.commit_seq <= snap):
                     continue
                 if t.id not in r.out_conf and any(p(key, value) for p in r.preds):
                     self._flag(r, t, t)
@@ -809,15 +813,22 @@ class SimStore:
         """`t` commits first: doom every active pivot n with t as its T_out and an active (or
         our own) T_in, so that the committing transaction makes progress (as PostgreSQL)."""
         ssi = self._ssi
-        for nid in sorted(t.in_conf):
-            n = ssi[nid]
-            if n.commit_seq is not None or n.doomed:
-                continue
-            for fid in n.in_conf:
-                f = ssi[fid]
-                if f is t or (f.commit_seq is None and not f.doomed):
-                    n.doomed = True
-                    break
+        doom = [
+            n
+            for n in (ssi[nid] for nid in t.in_conf)
+            if n.commit_seq is None
+            and not n.doomed
+            and any(
+                f is t or (f.commit_seq is None and not f.doomed)
+                for f in (ssi[fid] for fid in n.in_conf)
+            )
+        ]
+        # All decided on the state before any of them is doomed: PostgreSQL walks its list
+        # in conflict order and a pivot doomed earlier no longer counts as a T_in later; that
+        # order is an accident of scheduling, and dooming by it would make the outcome depend
+        # on the order of independent steps. Dooming every candidate is the safe superset.
+        for n in doom:
+            n.doomed = True
 
     def _ssi_forget(self, t: _Txn) -> None:
         """Drop an aborted transaction (its reads and edges no longer matter)."""
@@ -907,6 +918,10 @@ def not_active_error(txn: object, finished: Mapping[int, TxnStatus]) -> Transact
     return TransactionError(
         f"txn: transaction {txn} already {st.value}; begin() a new transaction to continue"
     )
+
+
+def _by_key(item: tuple[Key, Any]) -> str:
+    return repr(item[0])
 
 
 def _visible_index(vs: list[Version] | None, snap: int) -> int:
