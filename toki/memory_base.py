@@ -9,7 +9,7 @@ of the log (and `reconcile` checks it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -217,7 +217,8 @@ class MemoryBase:
         exclude: frozenset[str] = frozenset(),
         claim: bool = False,
     ) -> None:
-        """ASSERT the version, and open a conflict with each standing contradicting version.
+        """ASSERT the version and, if it contradicts standing versions, one CONFLICT_OPEN
+        joining their conflict groups (toki.conflicts).
 
         claim marks versions that entered through `write` (re-adjudication re-runs those)."""
         body: dict[str, Any] = {"version": version.payload(), "proposed": proposed}
@@ -237,20 +238,64 @@ class MemoryBase:
         state = self._state(version.key)
         if state is None:
             return
+        joins: set[str] = set()
+        others: list[str] = []
+        known = version.recorded_at
         for other_id in state.overlapping(version.valid):
             other = state.versions[other_id]
             if other.id in exclude or other.id == version.supersedes:
                 continue
             if other.value_json == version.value_json:
                 continue
-            left, right = sorted((other.id, version.id))
+            groups = state.groups.current_groups(other_id)
+            joins.update(groups)
+            if not groups:
+                others.append(other_id)
+            known = max(known, other.recorded_at)
+        if joins or others:  # one event however many versions it contradicts
             pending.append(
                 self._log.new(
                     EventKind.CONFLICT_OPEN,
                     version.key,
-                    max(version.recorded_at, other.recorded_at),
-                    (left, right),
-                    {"left": left, "right": right},
+                    known,
+                    (version.id, *sorted(others)),
+                    {"version": version.id, "joins": sorted(joins), "with": sorted(others)},
+                    pending=pending,
+                )
+            )
+
+    def _leave_groups(
+        self,
+        state: KeyState | None,
+        loser: str,
+        winners: Sequence[str],
+        how: str,
+        recorded: datetime,
+        pending: list[Event],
+        **extra: str,
+    ) -> None:
+        """`loser` lost to one of `winners`: it leaves each conflict group it shares with one
+        (once per batch; toki.conflicts)."""
+        if state is None or not state.groups:
+            return
+        done = {
+            (e.body["group"], v)
+            for e in pending
+            if e.kind is EventKind.CONFLICT_RESOLVE and "group" in e.body
+            for v in e.body["versions"]
+        }
+        for gid in state.groups.shared(loser, winners):
+            if (gid, loser) in done:
+                continue
+            group = state.groups.groups[gid]
+            winner = next(w for w in winners if group.is_open_member(w, None))
+            pending.append(
+                self._log.new(
+                    EventKind.CONFLICT_RESOLVE,
+                    state.key,
+                    recorded,
+                    (loser, winner),
+                    {"group": gid, "versions": [loser], "winner": winner, "how": how, **extra},
                     pending=pending,
                 )
             )

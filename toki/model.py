@@ -228,12 +228,15 @@ class Resolution:
 
     kind is exactly one of "value", "unknown", "conflict" (and "stale" from `current` when
     the projection lags and catch-up was declined). A conflict never carries a value.
+    `conflicts` names what contests the point: per open conflict group (toki.conflicts) the
+    sorted ids of its members that hold there (a pair when two versions contest it), or the
+    open pairs of a store written before groups; all eligible ids if none names them.
     """
 
     kind: str
     value: Any = None
     version_ids: tuple[str, ...] = ()
-    conflicts: tuple[tuple[str, str], ...] = ()
+    conflicts: tuple[tuple[str, ...], ...] = ()
 
     @property
     def is_value(self) -> bool:

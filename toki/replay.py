@@ -27,6 +27,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from toki.canonical import canonical_json, digest
+from toki.conflicts import ConflictGroups
 from toki.judge import JudgeLog, Verdict
 from toki.log import Event, EventKind
 from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution
@@ -143,6 +144,7 @@ class KeyState:
         default_factory=dict
     )
     conflicts_of: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    groups: ConflictGroups = field(default_factory=ConflictGroups)
     decisions: list[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
     policies: list[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
     last_key_seq: int = 0
@@ -201,13 +203,19 @@ class KeyState:
                 self.settled.add(str(body["token"]))
             touched = (body["version"],)
         elif kind is _CONFLICT_OPEN:
-            pair = _pair(body["left"], body["right"])
-            self.conflicts_opened[pair] = at
-            self.conflicts_of.setdefault(pair[0], set()).add(pair)
-            self.conflicts_of.setdefault(pair[1], set()).add(pair)
+            if "version" in body:
+                self.groups.apply_open(body, at)
+            else:  # a store written before conflict groups: one event per pair
+                pair = _pair(body["left"], body["right"])
+                self.conflicts_opened[pair] = at
+                self.conflicts_of.setdefault(pair[0], set()).add(pair)
+                self.conflicts_of.setdefault(pair[1], set()).add(pair)
         elif kind is _CONFLICT_RESOLVE:
-            pair = _pair(body["left"], body["right"])
-            self.conflicts_resolved[pair] = (at, body.get("winner"))
+            if "group" in body:
+                self.groups.apply_resolve(body, at)
+            else:
+                pair = _pair(body["left"], body["right"])
+                self.conflicts_resolved[pair] = (at, body.get("winner"))
         elif kind is _DECISION:
             self.decisions.append((at, body))
         elif kind is _POLICY:
@@ -311,19 +319,30 @@ class KeyState:
     def known_versions(self, as_of: datetime | None = None) -> list[FactVersion]:
         return [v for v in self.versions.values() if _known(v.recorded_at, as_of)]
 
-    def open_conflicts(self, as_of: datetime | None = None) -> list[tuple[str, str]]:
-        """Conflict edges opened by `as_of`, not resolved by then, with both sides standing."""
-        out = []
-        for pair, opened in self.conflicts_opened.items():
-            if not _known(opened, as_of):
-                continue
-            resolved = self.conflicts_resolved.get(pair)
-            if resolved is not None and _known(resolved[0], as_of):
-                continue
-            if self.is_revoked(pair[0], as_of) or self.is_revoked(pair[1], as_of):
-                continue
-            out.append(pair)
+    def open_conflicts(self, as_of: datetime | None = None) -> list[tuple[str, ...]]:
+        """Open conflict groups (toki.conflicts) and, from stores written before groups,
+        open pairs; each a sorted tuple of version ids, the list sorted."""
+        out: list[tuple[str, ...]] = list(self.open_pairs(as_of))
+        if self.groups:
+            out.extend(self.groups.open_groups(as_of, self.is_revoked, self._value_of))
         return sorted(out)
+
+    def open_pairs(self, as_of: datetime | None = None) -> list[tuple[str, str]]:
+        """Per-pair conflict edges (old stores) opened by `as_of`, not resolved by then,
+        with both sides unrevoked."""
+        return [pair for pair in self.conflicts_opened if self._pair_open(pair, as_of)]
+
+    def _pair_open(self, pair: tuple[str, str], as_of: datetime | None) -> bool:
+        opened = self.conflicts_opened.get(pair)
+        if opened is None or not _known(opened, as_of):
+            return False
+        resolved = self.conflicts_resolved.get(pair)
+        if resolved is not None and _known(resolved[0], as_of):
+            return False
+        return not (self.is_revoked(pair[0], as_of) or self.is_revoked(pair[1], as_of))
+
+    def _value_of(self, vid: str) -> str:
+        return self.versions[vid].value_json
 
     # -- answering ---------------------------------------------------------------------------
 
@@ -372,26 +391,25 @@ class KeyState:
         return self._index(as_of).stab(at)
 
     def resolve(self, valid_at: datetime, as_of: datetime | None = None) -> Resolution:
+        """Distinct values among the eligible versions (or an open old-style pair between
+        two of them) make a conflict, named by its groups/pairs there: O(n log n)."""
         ids = self.eligible(valid_at, as_of)
         if not ids:
             return Resolution("unknown")
         chosen = set(ids)
-        edges: list[tuple[str, str]] = []
-        for vid in ids:
+        contested: set[tuple[str, ...]] = set()
+        for vid in ids:  # old-style pairs between two eligible versions
             for pair in self.conflicts_of.get(vid, ()):
-                if pair[0] in chosen and pair[1] in chosen and pair not in edges:
-                    edges.append(pair)
-        live_edges = [p for p in edges if p in set(self.open_conflicts(as_of))] if edges else []
+                if pair[0] in chosen and pair[1] in chosen and self._pair_open(pair, as_of):
+                    contested.add(pair)
         values = {self.versions[v].value_json for v in ids}
-        if live_edges or len(values) > 1:
-            pairs = live_edges or [
-                _pair(a, b)
-                for i, a in enumerate(ids)
-                for b in ids[i + 1 :]
-                if self.versions[a].value_json != self.versions[b].value_json
-            ]
-            return Resolution("conflict", None, tuple(ids), tuple(sorted(set(pairs))))
-        return Resolution("value", self.versions[ids[0]].value, tuple(ids))
+        if not contested and len(values) == 1:
+            return Resolution("value", self.versions[ids[0]].value, tuple(ids))
+        if self.groups:
+            contested.update(self.groups.among(ids, as_of, self._value_of))
+        if not contested:  # disagreeing versions no open conflict names: all of them
+            contested.add(tuple(sorted(ids)))
+        return Resolution("conflict", None, tuple(ids), tuple(sorted(contested)))
 
     def history(self, as_of: datetime | None = None) -> list[HistoryEntry]:
         entries = []
@@ -433,7 +451,7 @@ class KeyState:
         )
 
     def _segments(
-        self, live: list[str], conflicts: list[tuple[str, str]]
+        self, live: list[str], conflicts: list[tuple[str, ...]]
     ) -> tuple[tuple[str, str, str | None, str | None], ...]:
         contested = {v for pair in conflicts for v in pair}
         out = []
