@@ -105,7 +105,11 @@ class ConflictGroups:
 
     def current_groups(self, vid: str) -> list[str]:
         """Groups `vid` is an open member of now (a new contradiction joins these)."""
-        return [g for g in self.of.get(vid, ()) if self.groups[g].is_open_member(vid, None)]
+        gids = self.of.get(vid)
+        if gids is None:
+            return []
+        groups = self.groups
+        return [g for g in gids if vid not in groups[g].left]
 
     def shared(self, vid: str, others: Iterable[str]) -> list[str]:
         """Groups `vid` is an open member of now that also hold one of `others` now."""
@@ -122,12 +126,15 @@ class ConflictGroups:
         """Every group open as of `as_of`, as the sorted tuple of its open members."""
         out = []
         for group in self.groups.values():
+            left = group.left
             members = [
                 v
-                for v in group.joined
-                if group.is_open_member(v, as_of) and not is_revoked(v, as_of)
+                for v, joined in group.joined.items()
+                if (as_of is None or joined <= as_of)
+                and (v not in left or (as_of is not None and left[v] > as_of))
+                and not is_revoked(v, as_of)
             ]
-            if len({value_of(v) for v in members}) > 1:
+            if len(members) > 1 and len({value_of(v) for v in members}) > 1:
                 out.append(tuple(sorted(members)))
         return out
 
@@ -137,10 +144,20 @@ class ConflictGroups:
         """The open groups restricted to `ids` (eligible, so unrevoked, versions), where
         they still disagree: O(sum of groups per id) plus sorting."""
         buckets: dict[str, list[str]] = {}
+        groups, of = self.groups, self.of
         for vid in ids:
-            for gid in self.of.get(vid, ()):
-                if self.groups[gid].is_open_member(vid, as_of):
-                    buckets.setdefault(gid, []).append(vid)
+            for gid in of.get(vid, ()):
+                group = groups[gid]  # is_open_member, inlined: this loop runs per eligible id
+                if as_of is not None and group.joined[vid] > as_of:
+                    continue
+                left = group.left.get(vid)
+                if left is not None and (as_of is None or left <= as_of):
+                    continue
+                bucket = buckets.get(gid)
+                if bucket is None:
+                    buckets[gid] = [vid]
+                else:
+                    bucket.append(vid)
         return [
             tuple(sorted(members))
             for members in buckets.values()

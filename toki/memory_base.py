@@ -241,17 +241,19 @@ class MemoryBase:
         joins: set[str] = set()
         others: list[str] = []
         known = version.recorded_at
+        value = version.value_json
+        current_groups = state.groups.current_groups
         for other_id in state.overlapping(version.valid):
             other = state.versions[other_id]
-            if other.id in exclude or other.id == version.supersedes:
+            if other_id in exclude or other_id == version.supersedes or other.value_json == value:
                 continue
-            if other.value_json == version.value_json:
-                continue
-            groups = state.groups.current_groups(other_id)
-            joins.update(groups)
-            if not groups:
+            groups = current_groups(other_id)
+            if groups:
+                joins.update(groups)
+            else:
                 others.append(other_id)
-            known = max(known, other.recorded_at)
+            if other.recorded_at > known:
+                known = other.recorded_at
         if joins or others:  # one event however many versions it contradicts
             pending.append(
                 self._log.new(
