@@ -214,17 +214,39 @@ def _legacy_store() -> tuple[list[Event], list[str]]:
             f"s{i}",
             f"h{i}",
         )
-        log.add(log.new(EventKind.ASSERT, key, v.recorded_at, (v.id,),
-                        {"version": v.payload(), "proposed": False}, v))
+        log.add(
+            log.new(
+                EventKind.ASSERT,
+                key,
+                v.recorded_at,
+                (v.id,),
+                {"version": v.payload(), "proposed": False},
+                v,
+            )
+        )
         for other in ids:
             left, right = sorted((other, v.id))
-            log.add(log.new(EventKind.CONFLICT_OPEN, key, v.recorded_at, (left, right),
-                            {"left": left, "right": right}))
+            log.add(
+                log.new(
+                    EventKind.CONFLICT_OPEN,
+                    key,
+                    v.recorded_at,
+                    (left, right),
+                    {"left": left, "right": right},
+                )
+            )
         ids.append(v.id)
     a, b, _ = ids
     left, right = sorted((a, b))
-    log.add(log.new(EventKind.CONFLICT_RESOLVE, key, day(20), (left, right),
-                    {"left": left, "right": right, "winner": a, "how": "test"}))
+    log.add(
+        log.new(
+            EventKind.CONFLICT_RESOLVE,
+            key,
+            day(20),
+            (left, right),
+            {"left": left, "right": right, "winner": a, "how": "test"},
+        )
+    )
     return list(log), ids
 
 
