@@ -35,6 +35,7 @@ SOURCES = {
     "proofs": "python -m benchmarks.bench_proofs",
     "matrix": "python -m benchmarks.bench_matrix",
     "real": "python -m benchmarks.bench_real",
+    "growth": "python -m benchmarks.bench_growth",
 }
 
 ANCHOR_ELLE = "Jepsen Elle: ~100k-op histories in ~55-73 s on a 24-core Xeon (VLDB 2020, Fig. 4)"
@@ -234,10 +235,34 @@ def _rows_real(d: dict[str, Any] | None) -> list[Row]:
             for k, v in sorted(d.get("summary", {}).items())]
 
 
+ANCHOR_CONFLICTS = ("issue 21 before groups: n(n+1)/2 events; resolve_at 0.48 s / 8.0 s / 41 s "
+                    "at n = 50 / 100 / 150")
+
+
+def _rows_growth(d: dict[str, Any] | None) -> list[Row]:
+    if d is None:
+        return [Row("growth", "conflicts on one key, replay", missing("growth"),
+                    "events exponent <= 1.2; resolve_at exponent <= 1.3; replay >= 500,000 "
+                    "events/s", "—")]
+    t = d["targets"]
+    return [
+        Row("growth", "conflicting values on one key: growth exponent of events",
+            fmt(t["conflict_events_growth"]["measured"]), "<= 1.2", ANCHOR_CONFLICTS),
+        Row("growth", "conflicting values on one key: growth exponent of resolve_at (worst "
+            "of now / past valid / past system time)",
+            fmt(t["resolve_at_growth"]["measured"]), "<= 1.3", ANCHOR_CONFLICTS),
+        Row("growth", "replay (fold), core workload",
+            fmt(t["replay_events_per_s"]["measured"], "events/s"), ">= 500,000 events/s",
+            "—"),
+        Row("growth", "replay per event: conflict-heavy / core, slowdown",
+            fmt(t["conflict_heavy_slowdown_per_event"]["measured"]), "<= 2", "—"),
+    ]
+
+
 def rows(results: dict[str, dict[str, Any] | None]) -> list[Row]:
     special = {"core": _rows_core, "algebra": _rows_algebra, "backends": _rows_backends,
                "sim": _rows_sim, "check": _rows_check, "proofs": _rows_proofs,
-               "history": _rows_history, "real": _rows_real}
+               "history": _rows_history, "real": _rows_real, "growth": _rows_growth}
     out: list[Row] = []
     for name, data in results.items():
         fn = special.get(name)
@@ -275,6 +300,20 @@ def _with_slope(sizes: list[dict[str, Any]]) -> list[list[str]]:
 def growth(results: dict[str, dict[str, Any] | None]) -> list[str]:
     """Markdown: how each figure grows with the work, where a results file has several sizes."""
     lines: list[str] = []
+    conflicts = results.get("growth")
+    if conflicts:
+        body = [[fmt(r["n"]), fmt(r["events"]), fmt(r["events_per_assertion"]),
+                 fmt(r["write_seconds"], "s"), fmt(r["resolve_at_now_us"], "µs"),
+                 fmt(r["resolve_at_past_valid_us"], "µs"),
+                 fmt(r["resolve_at_past_system_us"], "µs")] for r in conflicts["conflicts"]]
+        e = conflicts["growth_exponents"]
+        body.append(["exponent", f"{e['events']:.2f}", "—", f"{e['write_seconds']:.2f}",
+                     f"{e['resolve_at_now_us']:.2f}", f"{e['resolve_at_past_valid_us']:.2f}",
+                     f"{e['resolve_at_past_system_us']:.2f}"])
+        lines += _table("**n conflicting values on one key** (`python -m benchmarks.bench_growth`"
+                        "; exponent = least-squares log-log slope over all n):",
+                        ["n", "events", "events/assertion", "writes (all n)",
+                         "resolve_at now", "past valid time", "past system time"], body)
     check = results.get("check")
     if check:
         lines += _table("**Adya checker vs history size** (slowest workload per size; exponent = "

@@ -388,6 +388,11 @@ class LifecycleOps(WritePath):
                             pending=pending,
                         )
                     )
+            losers, winners = (others, [claim_id]) if accept else ([claim_id], others)
+            for loser in losers:
+                self._leave_groups(
+                    p, state, loser, winners, "AWAIT", recorded, pending, token=token
+                )
             done.append(True)
             return pending
 

@@ -288,7 +288,8 @@ class MemoryBase:
         exclude: frozenset[str] = frozenset(),
         claim: bool = False,
     ) -> None:
-        """ASSERT the version, and open a conflict with each standing contradicting version.
+        """ASSERT the version and, if it contradicts standing versions, one CONFLICT_OPEN
+        joining their conflict groups (toki.conflicts).
 
         claim marks versions that entered through `write` (re-adjudication re-runs those)."""
         body: dict[str, Any] = {"version": version.payload(), "proposed": proposed}
@@ -308,20 +309,67 @@ class MemoryBase:
         state = p.state(version.key)
         if state is None:
             return
+        joins: set[str] = set()
+        others: list[str] = []
+        known = version.recorded_at
+        value = version.value_json
+        current_groups = state.groups.current_groups
         for other_id in state.overlapping(version.valid):
             other = state.versions[other_id]
-            if other.id in exclude or other.id == version.supersedes:
+            if other_id in exclude or other_id == version.supersedes or other.value_json == value:
                 continue
-            if other.value_json == version.value_json:
-                continue
-            left, right = sorted((other.id, version.id))
+            groups = current_groups(other_id)
+            if groups:
+                joins.update(groups)
+            else:
+                others.append(other_id)
+            if other.recorded_at > known:
+                known = other.recorded_at
+        if joins or others:  # one event however many versions it contradicts
             pending.append(
                 p.new(
                     EventKind.CONFLICT_OPEN,
                     version.key,
-                    max(version.recorded_at, other.recorded_at),
-                    (left, right),
-                    {"left": left, "right": right},
+                    known,
+                    (version.id, *sorted(others)),
+                    {"version": version.id, "joins": sorted(joins), "with": sorted(others)},
+                    pending=pending,
+                )
+            )
+
+    def _leave_groups(
+        self,
+        p: Partition,
+        state: KeyState | None,
+        loser: str,
+        winners: Sequence[str],
+        how: str,
+        recorded: datetime,
+        pending: list[Event],
+        **extra: str,
+    ) -> None:
+        """`loser` lost to one of `winners`: it leaves each conflict group it shares with one
+        (once per batch; toki.conflicts)."""
+        if state is None or not state.groups:
+            return
+        done = {
+            (e.body["group"], v)
+            for e in pending
+            if e.kind is EventKind.CONFLICT_RESOLVE and "group" in e.body
+            for v in e.body["versions"]
+        }
+        for gid in state.groups.shared(loser, winners):
+            if (gid, loser) in done:
+                continue
+            group = state.groups.groups[gid]
+            winner = next(w for w in winners if group.is_open_member(w, None))
+            pending.append(
+                p.new(
+                    EventKind.CONFLICT_RESOLVE,
+                    state.key,
+                    recorded,
+                    (loser, winner),
+                    {"group": gid, "versions": [loser], "winner": winner, "how": how, **extra},
                     pending=pending,
                 )
             )

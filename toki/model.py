@@ -153,6 +153,9 @@ class FactVersion:
     supersedes: str | None = None
     weight: float = 1.0
     id: str = field(default="", compare=False)
+    # canonical text of the value, computed on first use: conflict checks and resolve
+    # compare values of every overlapping version, on every write
+    _value_json: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_json(self.value)
@@ -200,7 +203,11 @@ class FactVersion:
 
     @property
     def value_json(self) -> str:
-        return canonical_json(self.value)
+        text = self._value_json
+        if text is None:
+            text = canonical_json(self.value)
+            object.__setattr__(self, "_value_json", text)
+        return text
 
 
 def source_hash_of(source_id: str, value: object) -> str:
@@ -228,12 +235,15 @@ class Resolution:
 
     kind is exactly one of "value", "unknown", "conflict" (and "stale" from `current` when
     the projection lags and catch-up was declined). A conflict never carries a value.
+    `conflicts` names what contests the point: per open conflict group (toki.conflicts) the
+    sorted ids of its members that hold there (a pair when two versions contest it), or the
+    open pairs of a store written before groups; all eligible ids if none names them.
     """
 
     kind: str
     value: Any = None
     version_ids: tuple[str, ...] = ()
-    conflicts: tuple[tuple[str, str], ...] = ()
+    conflicts: tuple[tuple[str, ...], ...] = ()
 
     @property
     def is_value(self) -> bool:

@@ -108,7 +108,7 @@ class Queries(MemoryBase):
         assert state is not None
         return state.lifecycle(target.id, as_of)
 
-    def open_conflicts(self, key: FactKey) -> list[tuple[str, str]]:
+    def open_conflicts(self, key: FactKey) -> list[tuple[str, ...]]:
         state = self._state(key)
         return [] if state is None else state.open_conflicts()
 

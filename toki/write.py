@@ -243,7 +243,7 @@ class WritePath(MemoryBase):
         keeps a prefix) or replaced by pieces for the parts it keeps; nothing is rewritten."""
         state = p.state(key)
         ranked, effs, spans, kept = self._allocation(p, key, decision.ranking, pending)
-        open_pairs = set() if state is None else set(state.open_conflicts())
+        open_pairs = set() if state is None else set(state.open_pairs())
         for pos, version in enumerate(ranked):
             vid = version.id
             if kept[vid] == [spans[vid]]:
@@ -295,6 +295,7 @@ class WritePath(MemoryBase):
                             pending=pending,
                         )
                     )
+            self._leave_groups(p, state, vid, beaters, reason, recorded, pending)
 
     def _allocation(
         self,

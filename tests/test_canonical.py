@@ -1,0 +1,132 @@
+"""canonical_json (msgspec with fallbacks) must produce the standard library's exact bytes.
+
+Every stored id and hash is a digest of the canonical text, so any difference would change
+hashes of existing stores. The corpus: every JSON file in the repository (results, fixtures,
+histories) with all of its sub-values, the event payloads of the Lisbon → Berlin demo and a
+conflict workload, and hypothesis-generated values (unicode incl. surrogates and controls,
+floats of every magnitude, big ints, nesting). Inputs the standard library refuses (NaN,
+non-JSON types) must be refused alike.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toki.canonical import canonical_json, canonical_json_stdlib
+from toki.memory import Memory
+from toki.model import FactKey
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _same(value: object) -> None:
+    try:
+        expected = canonical_json_stdlib(value)
+    except (TypeError, ValueError) as exc:
+        try:
+            canonical_json(value)
+        except type(exc):
+            return
+        raise AssertionError(f"stdlib refuses {value!r} ({exc}); canonical_json accepts it") from exc
+    assert canonical_json(value) == expected
+
+
+def _sub_values(value: Any) -> Iterator[Any]:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        yield item
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+
+
+def _repo_json_files() -> list[Path]:
+    listed = subprocess.run(
+        ["git", "ls-files", "*.json"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.split()
+    return [ROOT / p for p in listed if (ROOT / p).is_file()]
+
+
+def test_every_json_file_in_the_repository_encodes_alike() -> None:
+    files = _repo_json_files()
+    assert len(files) >= 10, "the corpus should not be empty"
+    checked = 0
+    for path in files:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            continue
+        for value in _sub_values(data):
+            _same(value)
+            checked += 1
+    assert checked > 1000
+
+
+def test_event_payloads_and_version_ids_of_stores_are_unchanged() -> None:
+    """Each stored payload must re-encode to itself, so its hash and event id stay valid."""
+    mem = Memory(clock=lambda: datetime(2026, 9, 1, tzinfo=UTC))
+    key = FactKey("t", "alice", "mood")
+    first = mem.assert_fact(key, "calm", valid_from="2026-01-01T00:00:00Z", source_id="s")
+    mem.supersede(first, "tense", valid_from="2026-02-01T00:00:00Z", source_id="s2")
+    for i in range(30):
+        mem.assert_fact(key, {"v": i % 4, "w": [1.5e-7 * i, 10.0**i, "é\u2028\x00"]},
+                        valid_from=f"2026-01-{1 + i % 20:02d}T00:00:00Z", source_id=f"s{i}")
+    mem.revoke(first, reason="wrong")
+    assert len(mem.events()) > 30
+    for event in mem.events():
+        body = json.loads(event.payload)
+        assert canonical_json(body) == event.payload == canonical_json_stdlib(body)
+        event.verify()
+        if event.version is not None:
+            assert event.version.computed_id() == event.version.id
+
+
+_floats = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(
+    [1e-5, 1.5e-5, 9.99e-5, 1e-4, 1e15, 1e16, 1.2345e16, 5e-324, 1.7976931348623157e308, -0.0]
+)
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(2**200), max_value=2**200)
+    | _floats
+    | st.text()
+    | st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x3F))
+    | st.text(alphabet=st.characters(blacklist_categories=()))  # incl. lone surrogates
+)
+_json = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=800, derandomize=True)
+@given(_json)
+def test_generated_json_values_encode_alike(value: Any) -> None:
+    _same(value)
+
+
+@settings(max_examples=300, derandomize=True)
+@given(st.floats() | st.tuples(st.integers()) | st.dictionaries(st.integers(), st.none()))
+def test_values_the_standard_library_refuses_or_reshapes_agree(value: Any) -> None:
+    """NaN/inf (msgspec writes null), tuples and int keys (msgspec accepts) fall back."""
+    _same(value)
+    _same([value, {"k": value}])
+
+
+def test_non_json_types_are_refused_like_the_standard_library() -> None:
+    for bad in (datetime(2026, 1, 1, tzinfo=UTC), {1, 2}, b"x", object(), math.nan):
+        _same(bad)
+        _same({"a": [bad]})
