@@ -17,6 +17,16 @@ def prove(k: int = K) -> ProofResult:
 def false_variants(k: int = K) -> list[ProofResult]:
     return [
         isolation(
+            NAME + "@read_uncommitted",
+            "LWW",
+            Isolation.READ_UNCOMMITTED,
+            k=k,
+            expected=Status.COUNTEREXAMPLE,
+            false_variant_of=NAME,
+            notes="one level too low: the conditional update evaluates its predicate on a "
+            "dirty head, skips it (an uncommitted newer claim) and that writer aborts",
+        ),
+        isolation(
             NAME + "@read_committed_blind_write",
             "LWW",
             Isolation.READ_COMMITTED,

@@ -94,7 +94,6 @@ class Step:
 
     head: z3.BoolRef  # writes the head row
     holder: z3.ArithRef  # the claim it puts in the head
-    touches: z3.BoolRef  # its update waits for the head's lock
     audit: z3.ArithRef  # the claim its audit row names (NONE: no audit row)
     held: z3.BoolRef  # writes a held (PROPOSED) row for itself
     ev: dict[int, z3.BoolRef]  # writes ev[v]
@@ -186,25 +185,25 @@ class History:
             events += [s, r, w, e]
         a.append(z3.Distinct(*events))
 
-    def _resources(self, st: dict[int, Step]) -> list[tuple[dict[int, z3.BoolRef], bool]]:
-        """(writers, is-the-head) per resource."""
-        out = [({i: st[i].head for i in self.txns}, True)]
+    def _resources(self, st: dict[int, Step]) -> list[dict[int, z3.BoolRef]]:
+        """The writers of each resource: the head, ev[v] (EWM), the policy row (RULE)."""
+        out = [{i: st[i].head for i in self.txns}]
         if self.op == "EWM":
-            out += [({i: st[i].ev[v] for i in self.claims}, False) for v in range(self.values)]
+            out += [{i: st[i].ev[v] for i in self.claims} for v in range(self.values)]
         if self.P is not None:
-            out.append(({i: st[i].pol for i in self.txns}, False))
+            out.append({i: st[i].pol for i in self.txns})
         return out
 
     def _lock_axioms(self) -> None:
         st: dict[int, Step] = self.live["steps"]
         a = self.axioms
-        for writers, is_head in self._resources(st):
+        for writers in self._resources(st):
             for i, j in itertools.permutations(writers, 2):
-                # long write locks; the head's conditional update waits for the holder
-                acting = st[i].touches if is_head else writers[i]
+                # long write locks: a write (a matching conditional update) waits for the
+                # holder's end, so it takes effect outside every other writer's [w, e]
                 a.append(
                     z3.Implies(
-                        z3.And(acting, writers[j]),
+                        z3.And(writers[i], writers[j]),
                         z3.Or(self.write(i) < self.write(j), self.end(j) < self.write(i)),
                     )
                 )
@@ -232,7 +231,15 @@ class History:
         return self._serial_view(j, i)
 
     def _locked_view(self, j: int, i: int) -> z3.BoolRef:
-        if self.level in (Isolation.READ_UNCOMMITTED, Isolation.READ_COMMITTED):
+        """What the head's conditional update at w evaluates its predicate on: the newest
+        head (dirty at RU); a matching row held by another writer makes it wait, so it takes
+        effect only once no writer holds the head (`_lock_axioms`), and a row that does not
+        match is skipped without waiting (PostgreSQL; the simulator)."""
+        if self.level is Isolation.READ_UNCOMMITTED:
+            return z3.And(
+                self.write(j) < self.write(i), z3.Or(self.com(j), self.write(i) < self.end(j))
+            )
+        if self.level is Isolation.READ_COMMITTED:
             return z3.And(self.com(j), self.end(j) < self.write(i))
         return self._plain_view(j, i)
 
@@ -286,7 +293,6 @@ class History:
             st[i] = Step(
                 head=z3.Bool(f"wh{t}_{i}"),
                 holder=z3.Int(f"hw{t}_{i}"),
-                touches=z3.Bool(f"touch{t}_{i}"),
                 audit=z3.Int(f"aud{t}_{i}"),
                 held=z3.Bool(f"held{t}_{i}"),
                 ev={v: z3.Bool(f"wev{t}_{i}_{v}") for v in V},
@@ -307,7 +313,7 @@ class History:
         reads: dict[int, dict[str, Any]] = {}
         for i in self.txns:
             hp = holder(i, pv, dirty)
-            hl = holder(i, lv, False)
+            hl = holder(i, lv, dirty)
             h = hl if self.variant.locked_decision else hp
             gone = hl if self.variant.audit_from_write else hp
             s = st[i]
@@ -325,7 +331,6 @@ class History:
                 cons.append(pb == best)
                 take = z3.And(pb != NONE, pb != h)
                 cons += [
-                    s.touches == (pb != NONE),
                     s.head == take,
                     s.holder == pb,
                     s.held == False,  # noqa: E712 (a z3 term)
@@ -339,7 +344,6 @@ class History:
                 continue
             mine = self.val(i)
             held: z3.BoolRef = z3.BoolVal(False)
-            touches: z3.BoolRef = z3.BoolVal(True)
             ev_w = {v: z3.BoolVal(False) for v in V}
             total: z3.ArithRef = z3.RealVal(0)
             newest: tuple[z3.ArithRef, z3.ArithRef] = (z3.IntVal(NONE), z3.IntVal(NONE))
@@ -351,8 +355,7 @@ class History:
                 take = z3.Or(h == NONE, lex_gt(self._rank(i, pol), self._rank(h, pol)))
             elif self.op == "AWAIT":
                 refused = z3.And(hp != NONE, self.val(hp) != mine)
-                touches = z3.Not(refused)
-                take = z3.And(touches, z3.Or(h == NONE, self.val(h) == mine))
+                take = z3.And(z3.Not(refused), z3.Or(h == NONE, self.val(h) == mine))
                 held = z3.Not(take)
             else:  # EWM: registers ev[v] = (total, newest stamp), plain reads at r
                 tot: dict[int, z3.ArithRef] = {}
@@ -387,11 +390,9 @@ class History:
                         for u in V
                     ]
                 )
-                touches = wins
                 take = z3.And(wins, z3.Or(h == NONE, self.val(h) != mine))
             displaced = z3.If(self.variant.audit_write, gone, z3.IntVal(NONE))
             cons += [
-                s.touches == touches,
                 s.head == take,
                 s.holder == i,
                 s.held == held,
