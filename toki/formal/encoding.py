@@ -71,6 +71,11 @@ View = Callable[[int, int], z3.BoolRef]
 Serial = tuple[z3.BoolRef, list[z3.BoolRef], list[z3.ArithRef] | None]
 
 
+def _fraction(value: Any) -> list[int]:
+    """An exact rational z3 value as [numerator, denominator]."""
+    return [value.numerator_as_long(), value.denominator_as_long()]
+
+
 def lex_gt(a: Sequence[z3.ArithRef], b: Sequence[z3.ArithRef]) -> z3.BoolRef:
     """(a0, a1, ...) > (b0, b1, ...) lexicographically."""
     if not a:
@@ -315,7 +320,8 @@ class History:
             hp = holder(i, pv, dirty)
             hl = holder(i, lv, dirty)
             h = hl if self.variant.locked_decision else hp
-            gone = hl if self.variant.audit_from_write else hp
+            # the audit row names the head the update saw; a blind write saw only the read
+            gone = hl if self.variant.audit_from_write and self.variant.locked_decision else hp
             s = st[i]
             reads[i] = {"head_read": hp, "head_write": hl}
             if i == self.P:
@@ -679,6 +685,7 @@ class History:
                 "id": ev(self.vid(i)),
                 "value": ev(self.value(i)),
                 "weight": ev(self.weight(i)),
+                "weight_q": _fraction(m.eval(self.weight(i), model_completion=True)),
                 "recorded_at": ev(self.recorded(i)),
                 "source": ev(self.source(i)),
                 "valid": [ev(self.valid_from(i)), ev(self.valid_to(i))],
