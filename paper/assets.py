@@ -4,7 +4,8 @@
     python paper/assets.py --out DIR       # write elsewhere
     python paper/assets.py --check         # exit 1 when paper/generated/ is out of date
 
-Reads only result files (proofs/results.json, docs/laws.md, docs/anomalies.md,
+Reads only result files (proofs/results.json, proofs/agreement.json, docs/laws.md,
+docs/anomalies.md,
 verdict_matrix/*.csv, paper/data/locomo_ablations.json, benchmarks/results/*.json) and never
 imports toki. A missing result file gives an asset that says "not generated yet (run X)".
 Figures are PDFs written with fixed metadata, so regenerating them gives the same bytes.
@@ -116,6 +117,15 @@ def read(root: Path, rel: Path | str) -> str | None:
 
 # --- proofs --------------------------------------------------------------------------------
 
+# the largest bound k each bounded statement is proved in within 60 s (bench_proofs)
+LARGEST_K = {
+    "isolation_lww": "ProofMaxKLww",
+    "isolation_ewm": "ProofMaxKEwm",
+    "isolation_await": "ProofMaxKAwait",
+    "isolation_rule": "ProofMaxKRule",
+    "schema_soundness": "ProofMaxKSchema",
+}
+
 
 def proofs(root: Path, m: Macros) -> Assets:
     cmd = "toki prove"
@@ -153,7 +163,25 @@ def proofs(root: Path, m: Macros) -> Assets:
         body.append([name, what, bounds, tex(p["status"]) + ok, num(p["seconds"], 2)])
     table = tabular(r"@{}P{3.6cm}P{6.6cm}P{2.9cm}lr@{}",
                     ["statement", "claim", "bounds", "result", "s"], body, r"\scriptsize")
+    proof_agreement(root, m)
     return {"tab_proofs.tex": table}
+
+
+def proof_agreement(root: Path, m: Macros) -> None:
+    """z3 <-> simulator agreement counts (proofs/agreement.json)."""
+    names = ["ProofReplayAgree", "ProofReplayed", "ProofReplayVariants", "ProofDporClean",
+             "ProofDporChecks", "ProofDporRuns"]
+    text = read(root, "proofs/agreement.json")
+    if text is None:
+        m.missing(names, "python -m proofs.agreement --out proofs --docs docs/proofs.md")
+        return
+    s = json.loads(text)["summary"]
+    m.set("ProofReplayAgree", s["counterexamples_agreeing"])
+    m.set("ProofReplayed", s["counterexamples_replayed"])
+    m.set("ProofReplayVariants", s["false_variants_replayed"])
+    m.set("ProofDporClean", s["proved_checks_clean"])
+    m.set("ProofDporChecks", s["proved_checks"])
+    m.set("ProofDporRuns", f"{s['dpor_runs']:,}".replace(",", "{,}"))
 
 
 # --- laws and mutants (generated markdown tables) ------------------------------------------
@@ -652,8 +680,11 @@ def performance(root: Path, m: Macros) -> Assets:
     proofs_b = results.get("proofs")
     if proofs_b:
         m.set("ProofBenchSeconds", num(proofs_b["default_bounds_total_seconds"], 1))
+        largest = proofs_b.get("largest_k_within_60s", {})
+        for stmt, macro in LARGEST_K.items():
+            m.set(macro, largest.get(stmt, "--"))
     else:
-        m.missing(["ProofBenchSeconds"], bench_report.SOURCES["proofs"])
+        m.missing(["ProofBenchSeconds", *LARGEST_K.values()], bench_report.SOURCES["proofs"])
     back = results.get("backends")
     if back and isinstance(back.get("postgres"), dict):
         pg = back["postgres"]

@@ -22,6 +22,7 @@ def false_variants(k: int = K) -> list[ProofResult]:
             k=k,
             expected=Status.COUNTEREXAMPLE,
             false_variant_of=NAME,
-            notes="one level too low: a claim is held behind an incumbent that then aborts",
+            notes="one level too low: a claim is held behind a head it read dirty from a "
+            "transaction that then aborts (the head ends empty)",
         ),
     ]

@@ -23,17 +23,29 @@ def false_variants(k: int = K) -> list[ProofResult]:
             k=k,
             expected=Status.COUNTEREXAMPLE,
             false_variant_of=NAME,
-            notes="one level too low: a dirty read of an aborted winner rejects a claim",
+            notes="one level too low: the conditional update evaluates its predicate on a "
+            "dirty head, skips it (an uncommitted newer claim) and that writer aborts",
         ),
         isolation(
-            NAME + "@read_committed_unlocked",
+            NAME + "@read_committed_blind_write",
             "LWW",
             Isolation.READ_COMMITTED,
             k=k,
             expected=Status.COUNTEREXAMPLE,
             variant=Variant(locked_decision=False),
             false_variant_of=NAME,
-            notes="axiom weakened: the decision reads rows without the key's write lock "
-            "(two claims each supersede the same incumbent: two current values)",
+            notes="axiom weakened: the decision uses the head read at r and writes the head "
+            "unconditionally (no re-check under the lock): a lost update, an older claim ends "
+            "in the head",
+        ),
+        isolation(
+            NAME + "@no_audit_write",
+            "LWW",
+            Isolation.READ_COMMITTED,
+            k=k,
+            expected=Status.COUNTEREXAMPLE,
+            variant=Variant(audit_write=False),
+            false_variant_of=NAME,
+            notes="the displaced head claim is overwritten without an audit row (N3)",
         ),
     ]

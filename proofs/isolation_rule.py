@@ -1,5 +1,5 @@
 """RULE at its precondition (serializable) admits none of N1–N3 within the bound, with one
-policy change (set_policy + re-adjudication of the key) among the transactions."""
+policy change (set the policy + re-adjudicate the key) among the transactions."""
 
 from __future__ import annotations
 
@@ -24,6 +24,6 @@ def false_variants(k: int = K) -> list[ProofResult]:
             expected=Status.COUNTEREXAMPLE,
             false_variant_of=NAME,
             notes="one level too low: write skew between a claim (reads the old policy) and a "
-            "policy change (reads the key without the claim)",
+            "policy change (re-adjudicates without the claim)",
         ),
     ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import z3
 
 from toki.formal.algebra import ewm_merge, ewm_overwrite
-from toki.formal.prover import refute
+from toki.formal.prover import NO_PREMISES, no_premises, refute
 from toki.formal.result import ProofResult, Status
 
 NAME = "lift_ewm_monoid"
@@ -35,6 +35,8 @@ def prove() -> ProofResult:
         _violation(ewm_merge),
         expected=Status.PROVED,
         bounds={"unbounded": True},
+        nontrivial=NO_PREMISES,
+        summarize=no_premises,
     )
 
 

@@ -5,7 +5,7 @@ order and grouping of any number of claims, and any binary fold, gives the n-ary
 from __future__ import annotations
 
 from toki.formal.algebra import lww_max, lww_max_no_tiebreak, semilattice_violation
-from toki.formal.prover import refute
+from toki.formal.prover import NO_PREMISES, no_premises, refute
 from toki.formal.result import ProofResult, Status
 
 NAME = "lift_lww_semilattice"
@@ -20,6 +20,8 @@ def prove() -> ProofResult:
         semilattice_violation(lww_max, 2),
         expected=Status.PROVED,
         bounds={"unbounded": True},
+        nontrivial=NO_PREMISES,
+        summarize=no_premises,
     )
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 import z3
 
 from toki.formal.algebra import semilattice_violation
-from toki.formal.prover import refute
+from toki.formal.prover import NO_PREMISES, no_premises, refute
 from toki.formal.result import ProofResult, Status
 
 NAME = "lift_pipeline"
@@ -80,6 +80,8 @@ def _run(name: str, join: object, expected: Status, of: str | None, n: int) -> P
         expected=expected,
         bounds={"join": "unbounded", "fold_n": n},
         false_variant_of=of,
+        nontrivial=NO_PREMISES,
+        summarize=no_premises,
     )
     if lattice.status is Status.PROVED:
         premises, diff = _fold_violation(join, n)
@@ -91,6 +93,8 @@ def _run(name: str, join: object, expected: Status, of: str | None, n: int) -> P
             expected=expected,
             bounds={"join": "unbounded", "fold_n": n},
             false_variant_of=of,
+            nontrivial=NO_PREMISES,
+            summarize=no_premises,
         )
     return replace(lattice, seconds=time.perf_counter() - start)
 

@@ -22,6 +22,8 @@ def _run(name: str, variant: LogVariant, expected: Status, n: int, of: str | Non
         bounds=r.bounds(),
         describe=r.describe,
         false_variant_of=of,
+        nontrivial=r.nontrivial(judge_changes=True),
+        summarize=r.witness_summary,
     )
 
 

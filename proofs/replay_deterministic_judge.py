@@ -36,6 +36,8 @@ def _run(name: str, pinned: bool, expected: Status, n: int, of: str | None) -> P
         bounds=r.bounds(),
         describe=r.describe,
         false_variant_of=of,
+        nontrivial=r.nontrivial(judge_changes=False),
+        summarize=r.witness_summary,
     )
 
 

@@ -1,10 +1,13 @@
-"""`toki prove`: run every statement and its false variants, print a table, and write
-proofs/RESULTS.md and proofs/results.json (generated: never edit them)."""
+"""`toki prove`: run every statement and its false variants, print a table, and (with
+`--out DIR`) write DIR/RESULTS.md and DIR/results.json. The tracked proofs/RESULTS.md and
+proofs/results.json are written only by `make reproduce` (scripts/reproduce.py passes
+`--out proofs`): generated, never edit them."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import sys
 import time
@@ -16,7 +19,6 @@ from toki.formal.result import ProofResult
 
 __all__ = ["MODULES", "main", "run_all", "write_results"]
 
-HERE = Path(__file__).parent
 
 # one module per statement, in the order of docs/proofs.md
 MODULES = (
@@ -34,16 +36,33 @@ MODULES = (
 )
 
 
-def run_all(only: str | None = None, *, variants: bool = True) -> list[ProofResult]:
-    """Every statement (or the one named `only`), each followed by its false variants."""
+# the statements bounded by k claim transactions (`--k` changes their bound)
+BOUNDED_BY_K = (
+    "isolation_lww",
+    "isolation_ewm",
+    "isolation_await",
+    "isolation_rule",
+    "schema_soundness",
+)
+
+
+def run_all(
+    only: str | None = None, *, variants: bool = True, k: int | None = None
+) -> list[ProofResult]:
+    """Every statement (or the one named `only`), each followed by its false variants; `k`
+    (when given) is the bound of the statements in BOUNDED_BY_K."""
     if only is not None and only not in MODULES:
         raise SystemExit(f"toki prove: unknown proof {only!r} (one of: {', '.join(MODULES)})")
+    if k is not None and k < 1:
+        raise SystemExit(f"toki prove: --k {k}: need at least one claim transaction")
     results: list[ProofResult] = []
     for name in MODULES if only is None else (only,):
         mod = importlib.import_module(f"proofs.{name}")
-        results.append(mod.prove())
+        kw = {"k": k} if k is not None and name in BOUNDED_BY_K else {}
+        assert not kw or "k" in inspect.signature(mod.prove).parameters
+        results.append(mod.prove(**kw))
         if variants:
-            results.extend(mod.false_variants())
+            results.extend(mod.false_variants(**kw))
     return results
 
 
@@ -73,9 +92,34 @@ def table(results: Sequence[ProofResult]) -> str:
     return "\n".join(lines)
 
 
-def write_results(results: Sequence[ProofResult], total: float) -> None:
+def _witness(r: ProofResult) -> str:
+    w = r.premise_witness
+    if w is None:
+        return ""
+    if "per_operator" in w:
+        per = w["per_operator"]
+        return "; ".join(
+            f"{op}: {x.get('overlapping_conflicting_committed_pairs', '?')} pairs"
+            for op, x in per.items()
+            if x
+        )
+    if "overlapping_conflicting_committed_pairs" in w:
+        out = f"{w['overlapping_conflicting_committed_pairs']} overlapping conflicting pairs"
+        if "policy_concurrent_with_claims" in w:
+            out += f", policy change concurrent with {w['policy_concurrent_with_claims']} claims"
+        return out
+    if "judge_changes_answer" in w:
+        return (
+            f"{w['contradicting_questions']} contradicting questions, "
+            f"{w['repeated_log_keys']} repeated (key, θ), judge changes {w['judge_changes_answer']}"
+        )
+    return str(w.get("premises", "none found" if not w.get("exists") else ""))
+
+
+def write_results(results: Sequence[ProofResult], total: float, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
     data = [r.to_json() for r in results]
-    (HERE / "results.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    (out / "results.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     md = [
         "# Proof results",
         "",
@@ -83,13 +127,16 @@ def write_results(results: Sequence[ProofResult], total: float) -> None:
         "bounds: docs/proofs.md. A row named `stmt@variant` is a deliberately false variant of "
         "`stmt` and must end in a counterexample.",
         "",
-        "| name | status | expected | ok | seconds | bounds |",
-        "|---|---|---|---|---|---|",
+        "The premise witness of a proved statement is a model of its premises with a "
+        "non-trivial history (docs/proofs.md); without one the statement is vacuous and fails.",
+        "",
+        "| name | status | expected | ok | seconds | bounds | premise witness |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         md.append(
             f"| {r.name} | {r.status.value} | {r.expected.value} | {'yes' if r.ok else '**NO**'} "
-            f"| {r.seconds:.3f} | {_bounds(r.bounds)} |"
+            f"| {r.seconds:.3f} | {_bounds(r.bounds)} | {_witness(r)} |"
         )
     md += ["", f"Total: {total:.2f} s for {len(results)} checks.", "", "## Counterexamples", ""]
     for r in results:
@@ -101,7 +148,7 @@ def write_results(results: Sequence[ProofResult], total: float) -> None:
             md += [f"### {r.name}", "", r.notes or r.statement, "", "```json"]
             md.append(json.dumps(r.model, sort_keys=True))
             md += ["```", ""]
-    (HERE / "RESULTS.md").write_text("\n".join(md))
+    (out / "RESULTS.md").write_text("\n".join(md))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -110,13 +157,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--only", metavar="NAME", help=f"one proof: {', '.join(MODULES)}")
-    parser.add_argument("--no-write", action="store_true", help="do not rewrite RESULTS.md/json")
+    parser.add_argument(
+        "--k",
+        type=int,
+        metavar="N",
+        help=f"bound (claim transactions) of {', '.join(BOUNDED_BY_K)} (default: theirs, 3)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write DIR/RESULTS.md and DIR/results.json (default: write nothing; the tracked "
+        "proofs/ files are written by make reproduce)",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     start = time.perf_counter()
-    results = run_all(args.only)
+    results = run_all(args.only, k=args.k)
     total = time.perf_counter() - start
-    if args.only is None and not args.no_write:
-        write_results(results, total)
+    if args.out is not None:
+        write_results(results, total, args.out)
     if args.json:
         json.dump([r.to_json() for r in results], sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")

@@ -74,7 +74,10 @@ def parts(bench: bool) -> list[Part]:
     py = sys.executable
     notebooks = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "notebooks").glob("*.ipynb"))
     out = [
-        Part("proofs", "proofs/results.json, proofs/RESULTS.md", [toki_cmd("prove")]),
+        Part("proofs", "proofs/results.json, proofs/RESULTS.md",
+             [toki_cmd("prove", "--out", "proofs")]),
+        Part("proof-agreement", "proofs/agreement.json, the counts in docs/proofs.md",
+             [[py, "-m", "proofs.agreement", "--out", "proofs", "--docs", "docs/proofs.md"]]),
         Part("matrix", "verdict_matrix/matrix.*", [toki_cmd("matrix")],
              skip=None if toki_has("matrix") else "`toki matrix` is not available yet"),
         Part("calibration", "verdict_matrix/calibration.csv/.png", [toki_cmd("calibrate")]),

@@ -1,80 +1,180 @@
-"""z3 and the simulator agree.
+"""z3 and the simulator agree, schedule for schedule (`toki.formal.simulate`,
+`proofs/agreement.py`).
 
-A counterexample z3 finds for an operator below its precondition is turned into a workload
-(its claims, one agent each) and explored in the simulator with TOKI's model at the same
-level: the matching checker must report the same anomaly. Conversely, at the precondition,
-where z3 proved soundness for k = 3 claims, DPOR exploration of 3-claim workloads (to
-completion, or 300 schedules where the level's retries make the space larger) finds none.
+Every counterexample z3 finds for a false variant is replayed in the simulator event for
+event: each read must see what z3 says, each write must do what z3 says, the commits and
+aborts must happen, and the simulator's own N1–N3 must be z3's. Conversely, for each proved
+statement DPOR explores the same kind of transactions to completion (`finished` asserted) and
+finds none of the anomalies it excludes; DPOR one level lower finds them (so it can fail).
 """
 
 from __future__ import annotations
 
+import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from proofs import isolation_ewm
-from tests.mutants.catalog import NoFirstUpdaterWins
-from toki.check.anomalies import check_run
+from proofs import agreement
+from proofs.run import run_all
+from toki.formal.simulate import ReplayError, Spec, explore, replay
 from toki.isolation import Isolation
-from toki.sim import DPOR, iter_runs
-from toki.sim.store import SimStore
-from toki.sim.workload import SimClaim, Workload, synthetic
-from toki.systems.base import SimJudge, build_program
-from toki.systems.toki_model import TokiModel
 
-JUDGE, RECOVERY = SimJudge(0.5, 1), SimJudge(0.5, 99)
+ROOT = Path(__file__).resolve().parents[2]
+VARIANTS = [
+    r
+    for r in run_all()
+    if r.false_variant_of is not None and r.scenario is not None and "schedule" in r.scenario
+]
 
 
-def _workload(scenario: dict[str, Any]) -> Workload:
-    claims = [
-        SimClaim(
-            "k0",
-            str(c["value"]),
-            start=0,
-            recorded=int(c["recorded_at"]),
-            weight=float(c["weight"]),
-            source=str(c["source"]),
-            cid=str(c["id"]),
-        )
-        for c in scenario["claims"]
+def _agree(name: str, scenario: dict[str, Any]) -> dict[str, Any]:
+    (row,) = agreement.replays([(name, scenario)])
+    return row
+
+
+def test_every_isolation_and_schema_variant_is_replayed() -> None:
+    names = {r.name for r in VARIANTS}
+    assert len(names) >= 9
+    assert {
+        "isolation_ewm@snapshot",
+        "isolation_rule@snapshot",
+        "schema_soundness@no_audit_write",
+    } <= names
+
+
+@pytest.mark.parametrize("result", VARIANTS, ids=[r.name for r in VARIANTS])
+def test_z3_counterexample_replays_schedule_for_schedule(result: Any) -> None:
+    row = _agree(result.name, result.scenario)
+    assert row["agree"], row
+    assert any(row["z3"].values())
+
+
+@pytest.mark.slow
+def test_one_counterexample_per_anomaly_replays() -> None:
+    scenarios = agreement.targeted_counterexamples(VARIANTS)
+    assert len(scenarios) > len(VARIANTS)
+    rows = agreement.replays(scenarios)
+    bad = [r for r in rows if not r["agree"]]
+    assert not bad, bad
+
+
+def test_a_doctored_counterexample_is_caught() -> None:
+    """The comparison can fail: a changed anomaly flag, a changed read, or a commit where z3
+    aborted each make the replay disagree or refuse."""
+    base = next(r for r in VARIANTS if r.name == "isolation_ewm@snapshot").scenario
+    flipped = copy.deepcopy(base)
+    flipped["anomalies"]["N2"] = not flipped["anomalies"]["N2"]
+    assert not _agree("flipped", flipped)["agree"]
+    misread = copy.deepcopy(base)
+    read = next(s for s in misread["schedule"] if s["op"] == "read" and s["head"] is not None)
+    read["head"] = None
+    assert not _agree("misread", misread)["agree"]
+    sc = next(r for r in VARIANTS if r.name == "isolation_lww@read_uncommitted").scenario
+    forced = copy.deepcopy(sc)
+    for step in forced["schedule"]:
+        if step["op"] == "abort":
+            step["op"] = "commit"
+    assert not _agree("forced", forced)["agree"]
+
+
+def test_a_schedule_that_would_block_is_refused() -> None:
+    """Two LWW claims at RC whose head updates both match: the second may not write while
+    the first holds the head's lock; a schedule putting it there is not executable."""
+
+    def claim(i: int) -> dict[str, Any]:
+        return {
+            "txn": f"T{i}",
+            "id": i,
+            "value": i,
+            "weight": 1,
+            "weight_q": [1, 1],
+            "recorded_at": i,
+            "source": 0,
+            "valid": [0, 1],
+        }
+
+    events = [
+        ("T0", "begin"),
+        ("T0", "read"),
+        ("T0", "write"),
+        ("T1", "begin"),
+        ("T1", "read"),
+        ("T1", "write"),
+        ("T0", "commit"),
+        ("T1", "commit"),
     ]
-    return Workload("z3-counterexample", tuple((c,) for c in claims))
+    scenario = {
+        "operator": "LWW",
+        "level": "read_committed",
+        "values": 2,
+        "claims": [claim(0), claim(1)],
+        "schedule": [{"t": t, "txn": x, "op": op} for t, (x, op) in enumerate(events)],
+    }
+    with pytest.raises(ReplayError, match="T1 would block at write"):
+        replay(scenario)
+    # the same claims with T1's write after T0's commit replay fine
+    events[5], events[6] = events[6], events[5]
+    scenario["schedule"] = [{"t": t, "txn": x, "op": op} for t, (x, op) in enumerate(events)]
+    assert replay(scenario).belief == {"current": [1]}
 
 
-def _found(
-    model: TokiModel,
-    workload: Workload,
-    level: Isolation,
-    anomaly: str,
-    store: Any = SimStore,
-    budget: int = 400,
-) -> tuple[bool, bool]:
-    """(anomaly found, exploration finished within the budget)."""
-    program = build_program(model, workload, level=level, judge=JUDGE, store_factory=store)
-    runs = 0
-    for run in iter_runs(program, DPOR(), budget=budget):
-        runs += 1
-        if check_run(model, workload, run, JUDGE, RECOVERY, (anomaly,))[anomaly].found:
-            return True, False
-    return False, runs < budget
+FAST = [
+    p
+    for p in agreement.PROVED
+    if not (p.operator == "RULE" and p.level is Isolation.READ_UNCOMMITTED)
+]
 
 
-@pytest.mark.parametrize("variant", isolation_ewm.false_variants(), ids=lambda r: r.name)
-def test_z3_counterexample_reproduces_in_the_simulator(variant: Any) -> None:
-    scenario = variant.scenario
-    assert scenario is not None and scenario["anomalies"]["N2"]
-    level = Isolation(scenario["level"])
-    store = NoFirstUpdaterWins if "without_noconflict" in variant.name else SimStore
-    found, _ = _found(TokiModel("EWM"), _workload(scenario), level, "N2", store)
-    assert found, f"the simulator did not reproduce {variant.name}"
+@pytest.mark.parametrize("p", FAST, ids=lambda p: f"{p.name}-{p.operator}")
+def test_dpor_finishes_and_finds_nothing_where_z3_proved(p: Any) -> None:
+    for spec in agreement.workloads(p):
+        runs, finished, bad = explore(spec, anomalies_of=p.anomalies)
+        assert finished and runs > 1, (p, runs)
+        assert not bad, (p, spec, bad[0].schedule)
 
 
-@pytest.mark.parametrize("op", ["LWW", "EWM", "AWAIT", "RULE"])
-@pytest.mark.parametrize("seed", [0, 1])
-def test_exhaustive_simulation_finds_nothing_where_z3_proved_soundness(op: str, seed: int) -> None:
-    model = TokiModel(op)
-    workload = synthetic(agents=3, claims_per_agent=1, keys=1, seed=seed)
-    for anomaly in ("N1", "N2", "N3"):
-        found, _ = _found(model, workload, model.isolation, anomaly, budget=300)
-        assert not found, (op, anomaly)
+@pytest.mark.slow
+def test_dpor_schema_soundness_rule_at_read_uncommitted() -> None:
+    (p,) = [q for q in agreement.PROVED if q not in FAST]
+    for spec in agreement.workloads(p):
+        _, finished, bad = explore(spec, anomalies_of=p.anomalies)
+        assert finished and not bad
+
+
+@pytest.mark.parametrize(
+    ("op", "level", "k"),
+    [
+        pytest.param("EWM", Isolation.SNAPSHOT, 3, marks=pytest.mark.slow),
+        ("LWW", Isolation.READ_UNCOMMITTED, 2),
+        ("AWAIT", Isolation.READ_UNCOMMITTED, 2),
+        ("RULE", Isolation.SNAPSHOT, 2),
+    ],
+)
+def test_dpor_one_level_lower_finds_the_anomaly(op: str, level: Isolation, k: int) -> None:
+    p = agreement.Proved("below", op, level, k)
+    found = 0
+    for spec in agreement.workloads(p):
+        _, finished, bad = explore(spec)
+        assert finished
+        found += len(bad)
+    assert found > 0
+
+
+def test_docs_show_the_generated_agreement_counts() -> None:
+    data = json.loads((ROOT / "proofs" / "agreement.json").read_text())
+    text = (ROOT / "docs" / "proofs.md").read_text()
+    assert agreement.render(data) in text
+    s = data["summary"]
+    assert s["counterexamples_agreeing"] == s["counterexamples_replayed"] > 0
+    assert s["proved_checks_clean"] == s["proved_checks"] > 0
+
+
+def test_spec_of_a_scenario_keeps_claims_and_ends() -> None:
+    sc = VARIANTS[0].scenario
+    spec = Spec.of(sc)
+    assert [t.name for t in spec.txns][: len(sc["claims"])] == [c["txn"] for c in sc["claims"]]
+    ends = {s["txn"]: s["op"] == "commit" for s in sc["schedule"] if s["op"] in ("commit", "abort")}
+    assert {t.name: t.commit for t in spec.txns} == ends

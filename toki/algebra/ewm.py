@@ -6,9 +6,13 @@ being folded that are not yet on record. A judge, when present, scores each cand
 its score replaces that candidate's own weight. Ties go to the value whose latest evidence
 is newest, then to the larger version id, so the winner depends only on the set.
 
-Precondition SNAPSHOT: the accumulated weights must be read from one consistent snapshot
-and concurrent updates of the same total must not both commit (first committer wins);
-at READ_COMMITTED two writers can read the same total and one's evidence is lost (N2).
+Precondition SERIALIZABLE. A claim writes the evidence total of its own value (and the
+current row only when the winning value changes), but decides by comparing that total with
+the totals of the other values, which it only reads. At READ_COMMITTED two writers read the
+same total and one's evidence is lost (N2); at SNAPSHOT first-committer-wins protects each
+total, but two claims for different values can each read the other's total as it was and
+both commit (write skew): the current value ends with less evidence than another (N2).
+z3 finds it (proofs/isolation_ewm.py, false variant @snapshot) and the simulator replays it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ __all__ = ["EWM", "EvidenceWeightedMerge"]
 class EvidenceWeightedMerge(FoldOperator):
     name = "EWM"
     version = "1"
-    requires = Isolation.SNAPSHOT
+    requires = Isolation.SERIALIZABLE
 
     def choose(self, versions: Sequence[FactVersion], ctx: ResolveContext) -> Choice:
         ordered = sorted(versions, key=lambda v: (v.recorded_at, v.id))

@@ -1,42 +1,51 @@
 """The one shared z3 encoding: claims, a bounded transaction history, isolation axioms, the
-operators' semantics, the dual-row write, replay, and the anomalies N1–N3.
+operators' write path over ONE HEAD ROW PER KEY, the rows each transaction writes, replay,
+and the anomalies N1–N3.
 
 History model (bounded: k claim transactions on one fact key, plus an optional policy
-transaction for RULE). Every transaction runs toki's write path as four events at integer
-times: begin s < read r < write w < end e, where end is a commit or an abort. The read is
-where the decision's inputs are taken; the write inserts the claim as a current or an audit
-row and closes the current rows it beat (the dual-row write); nothing else is written.
+transaction for RULE). Every transaction runs the write path as four events at integer
+times, begin s < read r < write w < end e (a commit or an abort):
 
-Isolation axioms follow Cerone, Bernardi and Gotsman, "A framework for transactional
-consistency models with atomic visibility" (CONCUR 2015): a transaction's reads see a set of
-committed transactions (visibility) that is contained in the commit order (arbitration,
-vis ⊆ ar), and each level constrains that set:
+- at r it reads, with a plain read, the key's head row (and EWM's per-value evidence
+  registers, RULE's policy row; the policy transaction reads the claims);
+- at w it writes: the head row with ONE CONDITIONAL UPDATE (`UPDATE head SET … WHERE …`,
+  which waits for the head's write lock and re-checks its predicate on the newest committed
+  head: PostgreSQL's EvalPlanQual at read committed), EWM's evidence register of its own
+  value, RULE's policy row, and the audit row of whatever it displaced from the head (or of
+  itself, when it did not take the head); an AWAIT claim that may not take the head writes a
+  held (PROPOSED) row instead. Aborted transactions leave nothing.
 
-- READ_UNCOMMITTED (Adya PL-1): a read sees every write made before it, committed or not
-  (no read locks); writers still hold long write locks (no G0).
-- READ_COMMITTED: a read sees exactly the transactions committed before it (a prefix of ar
-  at the time of the read). Decisions over the key's current rows (LWW, AWAIT, RULE) are
-  locking reads taken with the key's write lock, which is held to commit; so they see every
-  writer of the key that committed before the write (PostgreSQL's EvalPlanQual, and the
-  simulator's). Plain reads (EWM's evidence totals, RULE's policy) see the prefix at r.
-- SNAPSHOT: every read sees the transactions committed before begin (PREFIX on one snapshot),
-  and two committed writers of the same key are not concurrent (NOCONFLICT: first committer
-  wins).
-- SERIALIZABLE: total visibility (TOTALVIS): each transaction sees exactly the transactions
-  committed before it; commit order is the serial order.
+Resources and their writers: `head` (the claim holding it), `ev[v]` for each value v (EWM:
+(total, newest evidence stamp)), `pol` (RULE's policy). Every level holds long write locks:
+two writers of a resource do not overlap between write and end, and a conditional update
+waits for the head's lock (its w is after the holder's end).
 
-Operator semantics (each valid-time point is decided separately, as `toki.algebra.allocate`
-does; the model is one point that every claim covers): LWW ranks by (recorded_at, id),
-EWM by per-value evidence sums (registers read then written: total[v] := read + weight),
-AWAIT holds a contradicting claim (PROPOSED), RULE ranks by the policy in force (prefer a
-source, then (recorded_at, id)). A claim whose value equals a current row's is never beaten
-by it (toki: versions saying what the winner says are not losers).
+Isolation axioms follow Cerone, Bernardi and Gotsman (CONCUR 2015); the set of transactions a
+read of i sees, per level (plain read at r; the conditional update at w):
 
-The belief state is the set of values with a current row (and, for EWM, the totals).
-N1: replay (re-running the committed claims through the write path in log order, i.e. commit
-order, with verdicts from the keyed log) gives a different belief; N2: the belief is not that
-of any serial execution of the committed claims; N3: a committed claim is in neither current,
-audit nor held (PROPOSED) rows.
+- READ_UNCOMMITTED: plain reads see every write made before r that had not been rolled back
+  (dirty); the conditional update sees the committed head at w (the simulator's PL-1: long
+  write locks, the update re-checked at write time).
+- READ_COMMITTED: plain reads see the transactions committed before r; the update those
+  committed before w.
+- SNAPSHOT: both see the transactions committed before s (one snapshot) and two committed
+  writers of one resource are not concurrent (NOCONFLICT, first committer wins).
+- SERIALIZABLE: total visibility: i sees exactly the committed transactions that end before
+  it (commit order is the serial order).
+
+Operators (one valid-time point, decided separately as `toki.algebra.allocate` does): LWW
+takes the head iff it is empty or its (recorded_at, id) is smaller; AWAIT holds a claim whose
+value contradicts the head (read at r, re-checked at w), else takes the head; EWM adds its
+weight to ev[value] (read at r, written at w) and takes the head iff that value now has the
+largest total (ties: newest evidence) and the head says something else; RULE takes the head
+iff it ranks higher under the policy it read (prefer a source, then (recorded_at, id)); the
+policy transaction switches the policy and re-adjudicates: among the claims it reads it picks
+the best under the new policy and, if that is not the head's claim, puts it in the head.
+
+Belief: the head's value (and EWM's totals). N1: replay (the committed transactions run
+serially in commit order) ends in another belief; N2: the belief is no serial execution's;
+N3: a committed claim is in no row written: not the head's claim, no audit row written for
+it by a committed transaction, not held.
 """
 
 from __future__ import annotations
@@ -54,12 +63,17 @@ __all__ = ["OPERATORS", "History", "Variant", "lex_gt"]
 
 OPERATORS = ("LWW", "EWM", "AWAIT", "RULE")
 
-# The shared sorts and functions: versions are indexed by integers; every attribute of a
-# version (its claim) and of the transaction that wrote it is a function of the index.
 VERSION = z3.IntSort()
-KEY = z3.IntSort()
-VALUE = z3.IntSort()
 TIME = z3.IntSort()  # valid time and system time are both integer ticks
+NONE = -1  # "no claim" (an empty head, no audit row)
+
+View = Callable[[int, int], z3.BoolRef]
+Serial = tuple[z3.BoolRef, list[z3.BoolRef], list[z3.ArithRef] | None]
+
+
+def _fraction(value: Any) -> list[int]:
+    """An exact rational z3 value as [numerator, denominator]."""
+    return [value.numerator_as_long(), value.denominator_as_long()]
 
 
 def lex_gt(a: Sequence[z3.ArithRef], b: Sequence[z3.ArithRef]) -> z3.BoolRef:
@@ -74,8 +88,23 @@ class Variant:
     """Switches for the deliberately false variants (each must yield a counterexample)."""
 
     no_conflict: bool = True  # SI's first-committer-wins axiom (NOCONFLICT)
-    audit_write: bool = True  # dual-row: a closed loser becomes an audit row (not deleted)
-    locked_decision: bool = True  # at RC, row decisions are locking reads under the key lock
+    audit_write: bool = True  # the displaced head claim gets an audit row (not deleted)
+    locked_decision: bool = True  # the head update is conditional, re-checked at w
+    audit_from_write: bool = True  # the audit row names the head seen at w (False: at r)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One transaction's effects in one run: what it writes (z3 terms)."""
+
+    head: z3.BoolRef  # writes the head row
+    holder: z3.ArithRef  # the claim it puts in the head
+    audit: z3.ArithRef  # the claim its audit row names (NONE: no audit row)
+    held: z3.BoolRef  # writes a held (PROPOSED) row for itself
+    ev: dict[int, z3.BoolRef]  # writes ev[v]
+    total: z3.ArithRef  # the total it writes (EWM)
+    newest: tuple[z3.ArithRef, z3.ArithRef]  # the newest evidence stamp it writes (EWM)
+    pol: z3.BoolRef  # writes the policy row
 
 
 class History:
@@ -95,24 +124,23 @@ class History:
     ) -> None:
         if operator not in OPERATORS:
             raise ValueError(f"operator: {operator!r} is not one of {OPERATORS}")
+        if k < 1:
+            raise ValueError(f"k: {k} (need at least one claim transaction)")
         self.k, self.level, self.op, self.values = k, level, operator, values
         self.variant, self.tag = variant, tag
         self.policy = policy_txn
         self.claims = list(range(k))
-        self.P = k if policy_txn else None  # the policy transaction's index
+        self.P = k if policy_txn else None
         self.txns = list(range(k + (1 if policy_txn else 0)))
         t = tag
-        # version attributes (claims): the shared functions
-        self.value = z3.Function(f"value{t}", VERSION, VALUE)
+        self.value = z3.Function(f"value{t}", VERSION, z3.IntSort())
         self.weight = z3.Function(f"weight{t}", VERSION, z3.RealSort())
         self.recorded = z3.Function(f"recorded_at{t}", VERSION, TIME)
         self.vid = z3.Function(f"id{t}", VERSION, z3.IntSort())
         self.source = z3.Function(f"source{t}", VERSION, z3.IntSort())
-        self.key = z3.Function(f"key{t}", VERSION, KEY)
         self.valid_from = z3.Function(f"valid_from{t}", VERSION, TIME)
         self.valid_to = z3.Function(f"valid_to{t}", VERSION, TIME)
         self.point = z3.Int(f"valid_point{t}")
-        # transaction events
         self.begin = z3.Function(f"begin{t}", VERSION, TIME)
         self.read = z3.Function(f"read{t}", VERSION, TIME)
         self.write = z3.Function(f"write{t}", VERSION, TIME)
@@ -120,20 +148,24 @@ class History:
         self.committed = z3.Function(f"committed{t}", VERSION, z3.BoolSort())
         self.axioms: list[z3.BoolRef] = []
         self._base_axioms()
-        self.live = self._execute(self._plain_view, self._locked_view, "live")
-        self.replay = self._execute(self._serial_view, self._serial_view, "replay")
+        self.live = self._run(self._plain_view, self._locked_view, "live", dirty=True)
+        self.replay = self._run(self._serial_view, self._serial_view, "replay", dirty=False)
         self._lock_axioms()
 
     # -- attributes --------------------------------------------------------------------
 
-    def val(self, i: int) -> z3.ArithRef:
+    def val(self, i: int | z3.ArithRef) -> z3.ArithRef:
         return self.value(i)
 
-    def stamp(self, i: int) -> list[z3.ArithRef]:
+    def stamp(self, i: int | z3.ArithRef) -> list[z3.ArithRef]:
         return [self.recorded(i), self.vid(i)]
 
     def com(self, i: int) -> z3.BoolRef:
         return self.committed(i)
+
+    def overlap(self, i: int, j: int) -> z3.BoolRef:
+        """i and j run concurrently (each begins before the other ends)."""
+        return z3.And(self.begin(i) < self.end(j), self.begin(j) < self.end(i))
 
     # -- axioms ------------------------------------------------------------------------
 
@@ -141,14 +173,12 @@ class History:
         a = self.axioms
         for i in self.claims:
             a += [
-                self.key(i) == 0,
                 self.value(i) >= 0,
                 self.value(i) < self.values,
                 self.weight(i) > 0,
                 self.recorded(i) >= 0,
                 self.source(i) >= 0,
                 self.source(i) < 2,
-                # every claim covers the valid-time point under decision (allocate is pointwise)
                 self.valid_from(i) <= self.point,
                 self.point < self.valid_to(i),
             ]
@@ -160,33 +190,36 @@ class History:
             events += [s, r, w, e]
         a.append(z3.Distinct(*events))
 
+    def _resources(self, st: dict[int, Step]) -> list[dict[int, z3.BoolRef]]:
+        """The writers of each resource: the head, ev[v] (EWM), the policy row (RULE)."""
+        out = [{i: st[i].head for i in self.txns}]
+        if self.op == "EWM":
+            out += [{i: st[i].ev[v] for i in self.claims} for v in range(self.values)]
+        if self.P is not None:
+            out.append({i: st[i].pol for i in self.txns})
+        return out
+
     def _lock_axioms(self) -> None:
-        """After the live run exists (the policy txn writes the key only sometimes)."""
+        st: dict[int, Step] = self.live["steps"]
         a = self.axioms
-        # long write locks at every level (no G0): two writers of the key do not overlap
-        # between one's write and the other's end
-        for i, j in itertools.combinations(self.txns, 2):
-            a.append(
-                z3.Implies(
-                    z3.And(self.writes_key(i), self.writes_key(j)),
-                    z3.Or(self.end(i) < self.write(j), self.end(j) < self.write(i)),
-                )
-            )
-        if self.level is Isolation.SNAPSHOT and self.variant.no_conflict:
-            for i, j in itertools.combinations(self.txns, 2):
+        for writers in self._resources(st):
+            for i, j in itertools.permutations(writers, 2):
+                # long write locks: a write (a matching conditional update) waits for the
+                # holder's end, so it takes effect outside every other writer's [w, e]
                 a.append(
                     z3.Implies(
-                        z3.And(self.com(i), self.com(j), self.writes_key(i), self.writes_key(j)),
-                        z3.Or(self.end(i) < self.begin(j), self.end(j) < self.begin(i)),
+                        z3.And(writers[i], writers[j]),
+                        z3.Or(self.write(i) < self.write(j), self.end(j) < self.write(i)),
                     )
                 )
-
-    def writes_key(self, i: int) -> z3.BoolRef:
-        """Claims always write the key (current or audit row); the policy txn only when its
-        re-adjudication changes the current value."""
-        if i == self.P:
-            return self._p_writes_live
-        return z3.BoolVal(True)
+            if self.level is Isolation.SNAPSHOT and self.variant.no_conflict:
+                for i, j in itertools.combinations(writers, 2):
+                    a.append(
+                        z3.Implies(
+                            z3.And(self.com(i), self.com(j), writers[i], writers[j]),
+                            z3.Not(self.overlap(i, j)),
+                        )
+                    )
 
     # -- visibility (CBG axioms per level) ---------------------------------------------
 
@@ -203,239 +236,233 @@ class History:
         return self._serial_view(j, i)
 
     def _locked_view(self, j: int, i: int) -> z3.BoolRef:
-        if self.level is Isolation.READ_COMMITTED and self.variant.locked_decision:
+        """What the head's conditional update at w evaluates its predicate on: the newest
+        head (dirty at RU); a matching row held by another writer makes it wait, so it takes
+        effect only once no writer holds the head (`_lock_axioms`), and a row that does not
+        match is skipped without waiting (PostgreSQL; the simulator)."""
+        if self.level is Isolation.READ_UNCOMMITTED:
+            return z3.And(
+                self.write(j) < self.write(i), z3.Or(self.com(j), self.write(i) < self.end(j))
+            )
+        if self.level is Isolation.READ_COMMITTED:
             return z3.And(self.com(j), self.end(j) < self.write(i))
         return self._plain_view(j, i)
 
     def _serial_view(self, j: int, i: int) -> z3.BoolRef:
         return z3.And(self.com(j), self.end(j) < self.end(i))
 
+    # -- reading a resource ------------------------------------------------------------
+
+    def _last(
+        self, i: int, writers: dict[int, z3.BoolRef], view: View, dirty: bool
+    ) -> list[tuple[int, z3.BoolRef]]:
+        """(j, "j is the last writer of the resource that i sees") for every candidate j.
+        Dirty views order writers by write time, committed ones by commit time (the same
+        order for committed writers under long write locks)."""
+        order = self.write if dirty else self.end
+        seen = {j: z3.And(view(j, i), w) for j, w in writers.items() if j != i}
+        return [
+            (
+                j,
+                z3.And(s, *[z3.Implies(seen[m], order(m) < order(j)) for m in seen if m != j]),
+            )
+            for j, s in seen.items()
+        ]
+
+    @staticmethod
+    def _pick(cases: list[tuple[int, z3.BoolRef]], f: Callable[[int], Any], default: Any) -> Any:
+        expr = default
+        for j, cond in reversed(cases):
+            expr = z3.If(cond, f(j), expr)
+        return expr
+
     # -- the write path ----------------------------------------------------------------
 
-    def _execute(
-        self,
-        pv: Callable[[int, int], z3.BoolRef],
-        lv: Callable[[int, int], z3.BoolRef],
-        run: str,
-    ) -> dict[str, Any]:
-        """Every transaction's decision from what it saw; the final rows and belief."""
+    def _rank(self, i: int | z3.ArithRef, pol: z3.BoolRef | bool) -> list[z3.ArithRef]:
+        """RULE's prefer_source under policy π0 (prefer s0) or π1 (prefer s1), then
+        (recorded_at, id); LWW is the same ranking without the preference."""
+        if self.op == "RULE":
+            polb = z3.BoolVal(pol) if isinstance(pol, bool) else pol
+            pref = z3.If(self.source(i) == z3.If(polb, 1, 0), 1, 0)
+            return [pref, *self.stamp(i)]
+        return self.stamp(i)
+
+    def _run(self, pv: View, lv: View, run: str, *, dirty: bool) -> dict[str, Any]:
+        """Every transaction's writes from what it read, then the final rows and belief."""
         t = f"{self.tag}_{run}"
-        rows = list(self.txns)  # the policy txn's re-adjudication writes a row too
-        inscur = {i: z3.Bool(f"inscur{t}_{i}") for i in rows}
-        closes = {(i, j): z3.Bool(f"closes{t}_{i}_{j}") for i in rows for j in rows if i != j}
+        V = range(self.values)
+        # each transaction's writes are named constants, defined by equations below, so
+        # that reads (which mention other transactions' writes) stay small terms
+        st: dict[int, Step] = {}
+        for i in self.txns:
+            st[i] = Step(
+                head=z3.Bool(f"wh{t}_{i}"),
+                holder=z3.Int(f"hw{t}_{i}"),
+                audit=z3.Int(f"aud{t}_{i}"),
+                held=z3.Bool(f"held{t}_{i}"),
+                ev={v: z3.Bool(f"wev{t}_{i}_{v}") for v in V},
+                total=z3.Real(f"tot{t}_{i}"),
+                newest=(z3.Int(f"newr{t}_{i}"), z3.Int(f"newi{t}_{i}")),
+                pol=z3.BoolVal(i == self.P),
+            )
         cons: list[z3.BoolRef] = []
-        # the policy txn's row copies the attributes of the claim it promotes
-        p_best = z3.Int(f"pbest{t}") if self.P is not None else None
+        head_w = {i: st[i].head for i in self.txns}
+        # dirty plain reads (RU) take the last writer by write time; committed reads the
+        # last by commit time
+        dirty = dirty and self.level is Isolation.READ_UNCOMMITTED
 
-        def rval(j: int) -> z3.ArithRef:
-            if j == self.P:
-                assert p_best is not None
-                return self._pick(p_best, self.value)
-            return self.val(j)
+        def holder(i: int, view: View, dirty_read: bool) -> z3.ArithRef:
+            cases = self._last(i, head_w, view, dirty_read)
+            return self._pick(cases, lambda j: st[j].holder, z3.IntVal(NONE))
 
-        def rrank(j: int, pol: z3.BoolRef) -> list[z3.ArithRef]:
-            if j == self.P:
-                assert p_best is not None
-                best = p_best
-                return [self._pick(best, self._rank_part(pol, n)) for n in range(3)]
-            return self._rank(j, pol)
-
-        def seen_cur(i: int, j: int) -> z3.BoolRef:
-            others = [z3.And(lv(m, i), closes[(m, j)]) for m in rows if m not in (i, j)]
-            return z3.And(lv(j, i), inscur[j], z3.Not(z3.Or(*others)) if others else True)
-
-        totals: dict[int, z3.ArithRef] = {}
-        if self.op == "EWM":
-            totals = {i: z3.Real(f"total{t}_{i}") for i in self.claims}
-
-            def last_in(i: int, j: int, v: z3.ArithRef) -> z3.BoolRef:
-                later = [
-                    z3.Implies(z3.And(pv(m, i), self.val(m) == v), self.write(m) < self.write(j))
-                    for m in self.claims
-                    if m not in (i, j)
+        reads: dict[int, dict[str, Any]] = {}
+        for i in self.txns:
+            hp = holder(i, pv, dirty)
+            hl = holder(i, lv, dirty)
+            h = hl if self.variant.locked_decision else hp
+            # the audit row names the head the update saw; a blind write saw only the read
+            gone = hl if self.variant.audit_from_write and self.variant.locked_decision else hp
+            s = st[i]
+            reads[i] = {"head_read": hp, "head_write": hl}
+            if i == self.P:
+                # the policy transaction: reads the claims, picks the best under π1
+                best: z3.ArithRef = z3.IntVal(NONE)
+                for c in self.claims:
+                    better = z3.And(
+                        pv(c, i),
+                        z3.Or(best == NONE, lex_gt(self._rank(c, True), self._rank(best, True))),
+                    )
+                    best = z3.If(better, z3.IntVal(c), best)
+                pb = z3.Int(f"pbest{t}")
+                cons.append(pb == best)
+                take = z3.And(pb != NONE, pb != h)
+                cons += [
+                    s.head == take,
+                    s.holder == pb,
+                    s.held == False,  # noqa: E712 (a z3 term)
+                    s.audit == z3.If(z3.And(take, self.variant.audit_write), gone, NONE),
+                    *[s.ev[v] == False for v in V],  # noqa: E712
+                    s.total == 0,
+                    s.newest[0] == NONE,
+                    s.newest[1] == NONE,
                 ]
-                return z3.And(pv(j, i), self.val(j) == v, *later)
-
-            def read_total(i: int, v: z3.ArithRef) -> z3.ArithRef:
-                terms = [z3.If(last_in(i, j, v), totals[j], 0) for j in self.claims if j != i]
-                return z3.Sum(*terms) if terms else z3.RealVal(0)
-
-            for i in self.claims:
-                cons.append(totals[i] == read_total(i, self.val(i)) + self.weight(i))
-
-        for i in self.claims:
-            if self.op == "EWM":
-                mine = self.val(i)
-                wins = []
-                for u in range(self.values):
-                    tu = read_total(i, z3.IntVal(u))
-                    newer = self._newer(i, mine, z3.IntVal(u), pv)
-                    wins.append(
+                reads[i]["best"] = pb
+                continue
+            mine = self.val(i)
+            held: z3.BoolRef = z3.BoolVal(False)
+            ev_w = {v: z3.BoolVal(False) for v in V}
+            total: z3.ArithRef = z3.RealVal(0)
+            newest: tuple[z3.ArithRef, z3.ArithRef] = (z3.IntVal(NONE), z3.IntVal(NONE))
+            if self.op == "LWW":
+                take = z3.Or(h == NONE, lex_gt(self.stamp(i), self.stamp(h)))
+            elif self.op == "RULE":
+                pol = pv(self.P, i) if self.P is not None else z3.BoolVal(False)
+                reads[i]["policy"] = pol
+                take = z3.Or(h == NONE, lex_gt(self._rank(i, pol), self._rank(h, pol)))
+            elif self.op == "AWAIT":
+                refused = z3.And(hp != NONE, self.val(hp) != mine)
+                take = z3.And(z3.Not(refused), z3.Or(h == NONE, self.val(h) == mine))
+                held = z3.Not(take)
+            else:  # EWM: registers ev[v] = (total, newest stamp), plain reads at r
+                tot: dict[int, z3.ArithRef] = {}
+                new: dict[int, tuple[z3.ArithRef, z3.ArithRef]] = {}
+                for v in V:
+                    cases = self._last(i, {j: st[j].ev[v] for j in self.claims}, pv, dirty)
+                    tot[v] = self._pick(cases, lambda j: st[j].total, z3.RealVal(0))
+                    new[v] = (
+                        self._pick(cases, lambda j: st[j].newest[0], z3.IntVal(NONE)),
+                        self._pick(cases, lambda j: st[j].newest[1], z3.IntVal(NONE)),
+                    )
+                reads[i]["totals"] = tot
+                my_t = self._by_value(mine, tot) + self.weight(i)
+                my_n0, my_n1 = (
+                    self._by_value(mine, {v: new[v][0] for v in V}),
+                    self._by_value(mine, {v: new[v][1] for v in V}),
+                )
+                newer_self = lex_gt(self.stamp(i), [my_n0, my_n1])
+                total = my_t
+                newest = (
+                    z3.If(newer_self, self.recorded(i), my_n0),
+                    z3.If(newer_self, self.vid(i), my_n1),
+                )
+                ev_w = {v: mine == v for v in V}
+                wins = z3.And(
+                    *[
                         z3.Or(
                             mine == u,
-                            totals[i] > tu,
-                            z3.And(totals[i] == tu, newer),
+                            my_t > tot[u],
+                            z3.And(my_t == tot[u], lex_gt(list(newest), list(new[u]))),
                         )
-                    )
-                cons.append(inscur[i] == z3.And(*wins))
-            else:
-                pol = pv(self.P, i) if self.P is not None else z3.BoolVal(False)
-                beats = []
-                for j in rows:
-                    if j == i:
-                        continue
-                    if self.op == "AWAIT":
-                        ok = rval(j) == self.val(i)
-                    else:
-                        ok = z3.Or(
-                            rval(j) == self.val(i), lex_gt(self._rank(i, pol), rrank(j, pol))
-                        )
-                    beats.append(z3.Implies(seen_cur(i, j), ok))
-                cons.append(inscur[i] == z3.And(*beats))
-            for j in rows:
-                if j != i:
-                    closing = z3.And(seen_cur(i, j), inscur[i], rval(j) != self.val(i))
-                    cons.append(closes[(i, j)] == (closing if self.op != "AWAIT" else False))
-        if self.P is not None:
-            P = self.P
-            assert p_best is not None
-            # re-adjudication under the new policy: the best visible claim under π1 ...
-            vis = [c for c in self.claims]
-            cons.append(z3.Or(*[p_best == c for c in vis]))
-            for c in vis:
-                best_c = z3.And(
-                    pv(c, P),
-                    *[
-                        z3.Implies(pv(d, P), lex_gt(self._rank(c, True), self._rank(d, True)))
-                        for d in vis
-                        if d != c
-                    ],
+                        for u in V
+                    ]
                 )
-                cons.append(z3.Implies(p_best == c, best_c))
-            any_vis = z3.Or(*[pv(c, P) for c in vis])
-            # ... is written only when it changes the current value
-            writes = z3.And(
-                any_vis,
-                z3.Or(*[z3.And(seen_cur(P, j), rval(j) != rval(P)) for j in rows if j != P]),
-            )
-            cons.append(inscur[P] == writes)
-            for j in rows:
-                if j != P:
-                    cons.append(
-                        closes[(P, j)] == z3.And(seen_cur(P, j), writes, rval(j) != rval(P))
-                    )
-            if run == "live":
-                self._p_writes_live = writes
+                take = z3.And(wins, z3.Or(h == NONE, self.val(h) != mine))
+            displaced = z3.If(self.variant.audit_write, gone, z3.IntVal(NONE))
+            cons += [
+                s.head == take,
+                s.holder == i,
+                s.held == held,
+                s.audit == z3.If(take, displaced, z3.If(held, z3.IntVal(NONE), z3.IntVal(i))),
+                *[s.ev[v] == ev_w[v] for v in V],
+                s.total == total,
+                s.newest[0] == newest[0],
+                s.newest[1] == newest[1],
+            ]
         self.axioms += cons
-        # final rows and belief
-        current, audit, held = {}, {}, {}
-        for j in rows:
-            closed = z3.Or(*[z3.And(self.com(m), closes[(m, j)]) for m in rows if m != j])
-            current[j] = z3.And(self.com(j), inscur[j], z3.Not(closed))
-            if j == self.P:
-                audit[j] = z3.BoolVal(False)
-                held[j] = z3.BoolVal(False)
-                continue
-            held[j] = (
-                z3.And(self.com(j), z3.Not(inscur[j])) if self.op == "AWAIT" else z3.BoolVal(False)
-            )
-            if self.variant.audit_write:
-                audit[j] = z3.And(self.com(j), z3.Not(current[j]), z3.Not(held[j]))
-            else:  # a closed loser is deleted; only rejected claims are stored as audit rows
-                audit[j] = z3.And(self.com(j), z3.Not(inscur[j]), z3.Not(held[j]))
-        belief = [
-            z3.Or(*[z3.And(current[j], rval(j) == v) for j in rows]) for v in range(self.values)
-        ]
+        # the final rows: what the last committed writer of each resource wrote
+        final = self._pick(self._last_committed(head_w), lambda j: st[j].holder, NONE)
+        fh = z3.Int(f"final_head{t}")
+        self.axioms.append(fh == final)
+        audited = {
+            j: z3.Or(*[z3.And(self.com(i), st[i].audit == j) for i in self.txns])
+            for j in self.claims
+        }
+        held_rows = {j: z3.And(self.com(j), st[j].held) for j in self.claims}
+        belief = [z3.And(fh != NONE, self.val(fh) == v) for v in V]
         out: dict[str, Any] = {
-            "current": current,
-            "audit": audit,
-            "held": held,
+            "steps": st,
+            "reads": reads,
+            "head": fh,
+            "audited": audited,
+            "held": held_rows,
             "belief": belief,
-            "inscur": inscur,
             "pv": pv,
             "lv": lv,
         }
         if self.op == "EWM":
-            out["totals"] = [self._final_total(totals, v) for v in range(self.values)]
-        if self.P is not None:
-            out["policy"] = self.com(self.P)
-            out["p_best"] = p_best
+            out["totals"] = [
+                self._pick(
+                    self._last_committed({j: st[j].ev[v] for j in self.claims}),
+                    lambda j: st[j].total,
+                    z3.RealVal(0),
+                )
+                for v in V
+            ]
         return out
 
-    # set before the live run builds the write-lock axioms that mention it
-    _p_writes_live: z3.BoolRef = z3.BoolVal(False)
-
-    def _pick(self, idx: z3.ArithRef, f: Callable[[int], z3.ArithRef]) -> z3.ArithRef:
-        expr: z3.ArithRef = f(self.claims[-1])
-        for c in reversed(self.claims[:-1]):
-            expr = z3.If(idx == c, f(c), expr)
+    def _by_value(self, v: z3.ArithRef, table: dict[int, z3.ArithRef]) -> z3.ArithRef:
+        expr = table[self.values - 1]
+        for u in reversed(range(self.values - 1)):
+            expr = z3.If(v == u, table[u], expr)
         return expr
 
-    def _rank_part(self, pol: z3.BoolRef, n: int) -> Callable[[int], z3.ArithRef]:
-        def part(c: int) -> z3.ArithRef:
-            return self._rank(c, pol)[n]
-
-        return part
-
-    def _rank(self, i: int, pol: z3.BoolRef | bool) -> list[z3.ArithRef]:
-        """RULE's prefer_source under policy π0 (prefer source 0) or π1 (prefer source 1);
-        LWW is the same ranking without the preference (it is a constant)."""
-        if self.op == "RULE":
-            preferred = z3.If(z3.BoolVal(pol) if isinstance(pol, bool) else pol, 1, 0)
-            pref = z3.If(self.source(i) == preferred, 1, 0)
-        else:
-            pref = z3.IntVal(0)
-        return [pref, *self.stamp(i)]
-
-    def _newer(
-        self, i: int, v: z3.ArithRef, u: z3.ArithRef, pv: Callable[[int, int], z3.BoolRef]
-    ) -> z3.BoolRef:
-        """EWM's tie-break: v's newest evidence (in i's view and i itself) is newer than u's."""
-
-        def seen(c: int) -> z3.BoolRef:
-            return z3.BoolVal(True) if c == i else pv(c, i)
-
-        return z3.Or(
-            *[
-                z3.And(
-                    seen(c),
-                    self.val(c) == v,
-                    *[
-                        z3.Implies(
-                            z3.And(seen(d), self.val(d) == u), lex_gt(self.stamp(c), self.stamp(d))
-                        )
-                        for d in self.claims
-                        if d != c
-                    ],
-                )
-                for c in self.claims
-            ]
-        )
-
-    def _final_total(self, totals: dict[int, z3.ArithRef], v: int) -> z3.ArithRef:
-        """The register total[v] at the end: what its last committed writer wrote."""
-        terms = []
-        for j in self.claims:
-            last = z3.And(
-                self.com(j),
-                self.val(j) == v,
-                *[
-                    z3.Implies(z3.And(self.com(m), self.val(m) == v), self.end(m) < self.end(j))
-                    for m in self.claims
-                    if m != j
-                ],
-            )
-            terms.append(z3.If(last, totals[j], 0))
-        return z3.Sum(*terms)
+    def _last_committed(self, writers: dict[int, z3.BoolRef]) -> list[tuple[int, z3.BoolRef]]:
+        cw = {j: z3.And(self.com(j), w) for j, w in writers.items()}
+        return [
+            (j, z3.And(c, *[z3.Implies(cw[m], self.end(m) < self.end(j)) for m in cw if m != j]))
+            for j, c in cw.items()
+        ]
 
     # -- serial outcomes ---------------------------------------------------------------
 
-    def serial_beliefs(self) -> list[tuple[list[z3.BoolRef], list[z3.ArithRef] | None]]:
-        """Every belief a serial execution of the committed transactions can end in.
+    def serial_beliefs(self) -> list[Serial]:
+        """Every belief a serial execution of the committed transactions can end in, each
+        with the condition under which that execution exists.
 
-        LWW and EWM: one (their serial outcome does not depend on the order: max is a join
-        and sums commute; proofs/lift_* prove it unbounded). AWAIT: the first claim stays.
-        RULE with a policy change: one fold per permutation (k+1)!."""
+        LWW: the newest committed claim (max is a join: order-free, proofs/lift_*). EWM: the
+        value with the largest summed evidence, ties to the newest (sums commute). AWAIT:
+        the first claim stays (any committed claim can be first). RULE with a policy
+        change: one fold per order, (k+1)! of them."""
         V = range(self.values)
         C = self.claims
         if self.op == "LWW":
@@ -450,7 +477,8 @@ class History:
                 )
                 for j in C
             ]
-            return [([z3.Or(*[z3.And(best[j], self.val(j) == v) for j in C]) for v in V], None)]
+            belief = [z3.Or(*[z3.And(best[j], self.val(j) == v) for j in C]) for v in V]
+            return [(z3.BoolVal(True), belief, None)]
         if self.op == "EWM":
             sums = [
                 z3.Sum(
@@ -458,27 +486,24 @@ class History:
                 )
                 for v in V
             ]
-            anyc = z3.Or(*[self.com(j) for j in C])
             belief = []
             for v in V:
-                wins = []
-                for u in V:
-                    if u == v:
-                        continue
-                    newer = self._newer_committed(v, u)
-                    wins.append(z3.Or(sums[v] > sums[u], z3.And(sums[v] == sums[u], newer)))
-                belief.append(z3.And(anyc, sums[v] > 0, *wins))
-            return [(belief, sums)]
+                wins = [
+                    z3.Or(sums[v] > sums[u], z3.And(sums[v] == sums[u], self._newer(v, u)))
+                    for u in V
+                    if u != v
+                ]
+                belief.append(z3.And(sums[v] > 0, *wins))
+            return [(z3.BoolVal(True), belief, sums)]
         if self.op == "AWAIT":
-            outs: list[tuple[list[z3.BoolRef], list[z3.ArithRef] | None]] = []
-            none = [z3.BoolVal(False) for _ in V]
-            outs.append(([z3.And(z3.Not(z3.Or(*[self.com(j) for j in C])), b) for b in none], None))
-            for j in C:
-                outs.append(([z3.And(self.com(j), self.val(j) == v) for v in V], None))
-            return outs
-        return [(self._rule_fold(order), None) for order in itertools.permutations(self.txns)]
+            none = z3.Not(z3.Or(*[self.com(j) for j in C]))
+            outs: list[Serial] = [(none, [z3.BoolVal(False) for _ in V], None)]
+            return outs + [(self.com(j), [self.val(j) == v for v in V], None) for j in C]
+        orders = itertools.permutations(self.txns)
+        return [(z3.BoolVal(True), self._rule_fold(order), None) for order in orders]
 
-    def _newer_committed(self, v: int, u: int) -> z3.BoolRef:
+    def _newer(self, v: int, u: int) -> z3.BoolRef:
+        """v's newest committed evidence is newer than u's (u may have none)."""
         return z3.Or(
             *[
                 z3.And(
@@ -498,59 +523,27 @@ class History:
         )
 
     def _rule_fold(self, order: Sequence[int]) -> list[z3.BoolRef]:
-        """RULE run serially in `order` (aborted transactions skipped): current rows as
-        (value, rank under π0, rank under π1) entries."""
-        cur: list[tuple[z3.BoolRef, z3.ArithRef, list[z3.ArithRef], list[z3.ArithRef]]] = []
+        """RULE run serially in `order` (aborted transactions skipped): the head's claim."""
+        head: z3.ArithRef = z3.IntVal(NONE)
         pol: z3.BoolRef = z3.BoolVal(False)
         applied: list[int] = []
         for i in order:
             c = self.com(i)
             if i == self.P:
-                # best applied claim under π1
-                best_val: z3.ArithRef = z3.IntVal(-1)
-                best_r0: list[z3.ArithRef] = [z3.IntVal(-1)] * 3
-                best_r1: list[z3.ArithRef] = [z3.IntVal(-1)] * 3
-                have: z3.BoolRef = z3.BoolVal(False)
+                best: z3.ArithRef = z3.IntVal(NONE)
                 for a in applied:
-                    r1 = self._rank(a, True)
-                    better = z3.And(self.com(a), z3.Or(z3.Not(have), lex_gt(r1, best_r1)))
-                    best_val = z3.If(better, self.val(a), best_val)
-                    best_r0 = [
-                        z3.If(better, x, y)
-                        for x, y in zip(self._rank(a, False), best_r0, strict=True)
-                    ]
-                    best_r1 = [z3.If(better, x, y) for x, y in zip(r1, best_r1, strict=True)]
-                    have = z3.Or(have, self.com(a))
-                writes = z3.And(c, have, z3.Or(*[z3.And(on, v != best_val) for on, v, _, _ in cur]))
-                cur = [
-                    (z3.And(on, z3.Not(z3.And(writes, v != best_val))), v, r0, r1)
-                    for on, v, r0, r1 in cur
-                ]
-                cur.append((writes, best_val, best_r0, best_r1))
+                    better = z3.And(
+                        self.com(a),
+                        z3.Or(best == NONE, lex_gt(self._rank(a, True), self._rank(best, True))),
+                    )
+                    best = z3.If(better, z3.IntVal(a), best)
+                head = z3.If(z3.And(c, best != NONE), best, head)
                 pol = z3.Or(pol, c)
                 continue
-            r0, r1 = self._rank(i, False), self._rank(i, True)
-            mine = [z3.If(pol, x, y) for x, y in zip(r1, r0, strict=True)]
-            wins = z3.And(
-                *[
-                    z3.Implies(
-                        on,
-                        z3.Or(
-                            v == self.val(i),
-                            lex_gt(mine, [z3.If(pol, x, y) for x, y in zip(q1, q0, strict=True)]),
-                        ),
-                    )
-                    for on, v, q0, q1 in cur
-                ]
-            )
-            ins = z3.And(c, wins)
-            cur = [
-                (z3.And(on, z3.Not(z3.And(ins, v != self.val(i)))), v, q0, q1)
-                for on, v, q0, q1 in cur
-            ]
-            cur.append((ins, self.val(i), r0, r1))
+            take = z3.Or(head == NONE, lex_gt(self._rank(i, pol), self._rank(head, pol)))
+            head = z3.If(z3.And(c, take), z3.IntVal(i), head)
             applied.append(i)
-        return [z3.Or(*[z3.And(on, v == val) for on, v, _, _ in cur]) for val in range(self.values)]
+        return [z3.And(head != NONE, self.val(head) == v) for v in range(self.values)]
 
     # -- anomalies ---------------------------------------------------------------------
 
@@ -574,22 +567,63 @@ class History:
     def n2(self) -> z3.BoolRef:
         """Belief-drift skew: the live belief is no serial execution's belief."""
         live = self.state(self.live)
-        return z3.And(*[self._differs(live, s) for s in self.serial_beliefs()])
+        return z3.And(
+            *[z3.Implies(g, self._differs(live, (b, t))) for g, b, t in self.serial_beliefs()]
+        )
+
+    def in_rows(self, j: int) -> z3.BoolRef:
+        """Committed claim j is in a row the live run wrote: the head, an audit row, held."""
+        lv = self.live
+        return z3.Or(lv["head"] == j, lv["audited"][j], lv["held"][j])
 
     def n3(self) -> z3.BoolRef:
-        """Audit erasure: a committed claim is in no row (current, audit, held)."""
-        lv = self.live
-        return z3.Or(
-            *[
-                z3.And(
-                    self.com(j),
-                    z3.Not(lv["current"][j]),
-                    z3.Not(lv["audit"][j]),
-                    z3.Not(lv["held"][j]),
-                )
-                for j in self.claims
+        """Audit erasure: a committed claim is in no row (head, audit, held)."""
+        return z3.Or(*[z3.And(self.com(j), z3.Not(self.in_rows(j))) for j in self.claims])
+
+    # -- non-triviality (premise witnesses) --------------------------------------------
+
+    def conflicting_pairs(self) -> list[tuple[tuple[int, int], z3.BoolRef]]:
+        """Pairs of committed claim transactions that overlap in time and conflict (write a
+        common resource in the live run, or claim different values)."""
+        st: dict[int, Step] = self.live["steps"]
+        out = []
+        for i, j in itertools.combinations(self.claims, 2):
+            common = [z3.And(st[i].head, st[j].head)] + [
+                z3.And(st[i].ev[v], st[j].ev[v]) for v in range(self.values)
             ]
-        )
+            conflict = z3.Or(self.val(i) != self.val(j), *common)
+            out.append(((i, j), z3.And(self.com(i), self.com(j), self.overlap(i, j), conflict)))
+        return out
+
+    def nontrivial(self) -> z3.BoolRef:
+        """At least one overlapping committed conflicting pair; with a policy change, a
+        committed policy change overlapping a committed claim."""
+        parts = [z3.Or(*[c for _, c in self.conflicting_pairs()])]
+        if self.P is not None:
+            parts.append(
+                z3.And(
+                    self.com(self.P),
+                    z3.Or(*[z3.And(self.com(c), self.overlap(c, self.P)) for c in self.claims]),
+                )
+            )
+        return z3.And(*parts)
+
+    def witness_summary(self, m: z3.ModelRef) -> dict[str, Any]:
+        def ev(e: Any) -> bool:
+            return bool(z3.is_true(m.eval(e, model_completion=True)))
+
+        pairs = [f"T{i}-T{j}" for (i, j), c in self.conflicting_pairs() if ev(c)]
+        out: dict[str, Any] = {
+            "committed": sum(ev(self.com(i)) for i in self.txns),
+            "overlapping_conflicting_committed_pairs": len(pairs),
+            "pairs": pairs,
+        }
+        if self.P is not None:
+            out["policy_concurrent_with_claims"] = sum(
+                ev(z3.And(self.com(self.P), self.com(c), self.overlap(c, self.P)))
+                for c in self.claims
+            )
+        return out
 
     def bounds(self) -> dict[str, Any]:
         return {
@@ -597,7 +631,7 @@ class History:
             "policy_txns": 1 if self.policy else 0,
             "values": self.values,
             "events_per_txn": 4,
-            "keys": 2 if self.policy else 1,
+            "head_rows_per_key": 1,
             "level": self.level.value,
         }
 
@@ -642,26 +676,50 @@ class History:
         def name(i: int) -> str:
             return "P" if i == self.P else f"T{i}"
 
+        def claim(i: Any) -> str | None:
+            return None if i == NONE else f"T{i}"
+
         claims = [
             {
                 "txn": name(i),
-                "id": f"v{ev(self.vid(i))}",
-                "value": f"V{ev(self.value(i))}",
+                "id": ev(self.vid(i)),
+                "value": ev(self.value(i)),
                 "weight": ev(self.weight(i)),
+                "weight_q": _fraction(m.eval(self.weight(i), model_completion=True)),
                 "recorded_at": ev(self.recorded(i)),
-                "source": f"s{ev(self.source(i))}",
+                "source": ev(self.source(i)),
                 "valid": [ev(self.valid_from(i)), ev(self.valid_to(i))],
             }
             for i in self.claims
         ]
         lv = self.live
+        st: dict[int, Step] = lv["steps"]
         steps: list[tuple[int, dict[str, Any]]] = []
         for i in self.txns:
-            sees = sorted(name(j) for j in self.txns if j != i and ev(lv["pv"](j, i)))
-            sees_locked = sorted(name(j) for j in self.txns if j != i and ev(lv["lv"](j, i)))
+            rd = lv["reads"][i]
+            read: dict[str, Any] = {
+                "txn": name(i),
+                "op": "read",
+                "head": claim(ev(rd["head_read"])),
+            }
+            if "totals" in rd:
+                read["totals"] = {str(v): ev(x) for v, x in rd["totals"].items()}
+            if "policy" in rd:
+                read["policy"] = 1 if ev(rd["policy"]) else 0
+            if "best" in rd:
+                read["claims"] = [name(c) for c in self.claims if ev(lv["pv"](c, i))]
+                read["best"] = claim(ev(rd["best"]))
+            write = {
+                "txn": name(i),
+                "op": "write",
+                "head_seen": claim(ev(rd["head_write"])),
+                "takes_head": bool(ev(st[i].head)),
+                "audit": claim(ev(st[i].audit)),
+                "held": bool(ev(st[i].held)),
+            }
             steps.append((ev(self.begin(i)), {"txn": name(i), "op": "begin"}))
-            steps.append((ev(self.read(i)), {"txn": name(i), "op": "read", "sees": sees}))
-            steps.append((ev(self.write(i)), {"txn": name(i), "op": "write", "sees": sees_locked}))
+            steps.append((ev(self.read(i)), read))
+            steps.append((ev(self.write(i)), write))
             end = "commit" if ev(self.committed(i)) else "abort"
             steps.append((ev(self.end(i)), {"txn": name(i), "op": end}))
         steps.sort(key=lambda s: s[0])
@@ -669,36 +727,42 @@ class History:
 
         def belief(run: dict[str, Any]) -> dict[str, Any]:
             out: dict[str, Any] = {
-                "current": [f"V{v}" for v in range(self.values) if ev(run["belief"][v])]
+                "current": [v for v in range(self.values) if ev(run["belief"][v])]
             }
             if "totals" in run:
-                out["totals"] = {f"V{v}": ev(t) for v, t in enumerate(run["totals"])}
+                out["totals"] = {str(v): ev(x) for v, x in enumerate(run["totals"])}
             return out
 
-        rows = {}
+        rows: dict[str, str] = {}
         for j in self.claims:
+            if not ev(self.committed(j)):
+                continue
             kind = "none"
-            if ev(lv["current"][j]):
-                kind = "current"
-            elif ev(lv["audit"][j]):
+            if ev(lv["head"]) == j:
+                kind = "head"
+            elif ev(lv["audited"][j]):
                 kind = "audit"
             elif ev(lv["held"][j]):
                 kind = "held"
-            if ev(self.committed(j)):
-                rows[f"v{ev(self.vid(j))}"] = kind
+            rows[name(j)] = kind
         serial = []
-        for b, totals in self.serial_beliefs():
-            entry: dict[str, Any] = {"current": [f"V{v}" for v in range(self.values) if ev(b[v])]}
+        for g, b, totals in self.serial_beliefs():
+            if not ev(g):
+                continue
+            entry: dict[str, Any] = {"current": [v for v in range(self.values) if ev(b[v])]}
             if totals is not None:
-                entry["totals"] = {f"V{v}": ev(t) for v, t in enumerate(totals)}
+                entry["totals"] = {str(v): ev(x) for v, x in enumerate(totals)}
             if entry not in serial:
                 serial.append(entry)
         scenario: dict[str, Any] = {
-            "format": "toki-proof-scenario/1",
+            "format": "toki-proof-scenario/2",
             "operator": self.op,
             "level": self.level.value,
-            "key": "k0",
-            "valid_point": ev(self.point),
+            "values": self.values,
+            "variant": {
+                f: getattr(self.variant, f)
+                for f in ("no_conflict", "audit_write", "locked_decision", "audit_from_write")
+            },
             "claims": claims,
             "schedule": schedule,
             "rows": rows,
@@ -712,9 +776,5 @@ class History:
             },
         }
         if self.P is not None:
-            scenario["policy_change"] = {
-                "txn": "P",
-                "from": {"kind": "prefer_source", "sources": ["s0"]},
-                "to": {"kind": "prefer_source", "sources": ["s1"]},
-            }
+            scenario["policy_change"] = {"txn": "P", "from": "prefer s0", "to": "prefer s1"}
         return scenario

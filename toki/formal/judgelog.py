@@ -148,6 +148,36 @@ class JudgeRun:
         """Some decision differs on replay."""
         return z3.Or(*[a != b for a, b in zip(self.live, self.replayed, strict=True)])
 
+    def _contradicts(self, q: int) -> z3.BoolRef:
+        return z3.Or(*[self.value[q][c] != self.value[q][0] for c in range(1, CANDIDATES)])
+
+    def _changes(self, q: int) -> z3.BoolRef:
+        return z3.Or(*[self.judge(q, 0, c) != self.judge(q, 1, c) for c in range(CANDIDATES)])
+
+    def nontrivial(self, *, judge_changes: bool) -> z3.BoolRef:
+        """A history worth a proof: a question whose candidates contradict each other and a
+        (key, θ) asked twice; with `judge_changes`, a judge that changes its answer on a
+        second call of a contradicting question."""
+        parts = [
+            z3.Or(*[self._contradicts(q) for q in range(self.n)]),
+            z3.Or(*[self._same(p, q) for q in range(self.n) for p in range(q)]),
+        ]
+        if judge_changes:
+            parts.append(
+                z3.Or(*[z3.And(self._contradicts(q), self._changes(q)) for q in range(self.n)])
+            )
+        return z3.And(*parts)
+
+    def witness_summary(self, m: z3.ModelRef) -> dict[str, Any]:
+        def ev(e: Any) -> bool:
+            return bool(z3.is_true(m.eval(e, model_completion=True)))
+
+        return {
+            "contradicting_questions": sum(ev(self._contradicts(q)) for q in range(self.n)),
+            "repeated_log_keys": sum(ev(self._same(p, q)) for q in range(self.n) for p in range(q)),
+            "judge_changes_answer": sum(ev(self._changes(q)) for q in range(self.n)),
+        }
+
     def bounds(self) -> dict[str, Any]:
         return {"questions": self.n, "candidates": CANDIDATES, "values": 2, "judge_calls": 2}
 

@@ -11,9 +11,17 @@ import z3
 
 from toki.formal.result import ProofResult, Status
 
-__all__ = ["as_json", "refute"]
+__all__ = ["NO_PREMISES", "as_json", "no_premises", "premise_witness", "refute"]
 
 TIMEOUT_MS = 60_000
+
+NO_PREMISES = z3.BoolVal(True)
+"""`nontrivial` for a lemma quantified over all values: only the premises' satisfiability."""
+
+
+def no_premises(m: z3.ModelRef) -> dict[str, Any]:
+    """The witness summary of a lemma without a history."""
+    return {"premises": "satisfiable; the lemma is quantified over all values"}
 
 
 def as_json(value: z3.ExprRef) -> Any:
@@ -43,9 +51,16 @@ def refute(
     describe: Callable[[z3.ModelRef], tuple[dict[str, Any], dict[str, Any] | None]] | None = None,
     false_variant_of: str | None = None,
     notes: str = "",
+    nontrivial: z3.BoolRef | None = None,
+    summarize: Callable[[z3.ModelRef], dict[str, Any]] | None = None,
 ) -> ProofResult:
     """Check premises ∧ ¬claim: unsat → proved; sat → counterexample (with its model and
-    scenario from `describe`); unknown (timeout) → unknown."""
+    scenario from `describe`); unknown (timeout) → unknown.
+
+    A proved statement is then checked for vacuity: z3 must find a model of premises ∧
+    `nontrivial` (a history worth proving something about), summarised by `summarize` as
+    the `premise_witness`; without one the status is VACUOUS. Pass `nontrivial` for every
+    statement with premises (True stands for "no premises to check")."""
     solver = z3.Solver()
     solver.set("timeout", TIMEOUT_MS)
     solver.add(*premises)
@@ -67,6 +82,13 @@ def refute(
     else:
         status = Status.UNKNOWN
         notes = (notes + " " if notes else "") + f"z3: {solver.reason_unknown()}"
+    witness: dict[str, Any] | None = None
+    if status is Status.PROVED and nontrivial is not None:
+        witness, seconds_w = premise_witness(premises, nontrivial, summarize)
+        seconds += seconds_w
+        if not witness["exists"]:
+            status = Status.VACUOUS
+            notes = (notes + " " if notes else "") + "premises admit only trivial histories"
     return ProofResult(
         name=name,
         statement=statement,
@@ -78,4 +100,24 @@ def refute(
         scenario=scenario,
         false_variant_of=false_variant_of,
         notes=notes,
+        premise_witness=witness,
     )
+
+
+def premise_witness(
+    premises: Sequence[z3.BoolRef],
+    nontrivial: z3.BoolRef,
+    summarize: Callable[[z3.ModelRef], dict[str, Any]] | None,
+) -> tuple[dict[str, Any], float]:
+    """A model of the premises in which the history is non-trivial (or its absence)."""
+    solver = z3.Solver()
+    solver.set("timeout", TIMEOUT_MS)
+    solver.add(*premises)
+    solver.add(nontrivial)
+    start = time.perf_counter()
+    answer = solver.check()
+    seconds = time.perf_counter() - start
+    out: dict[str, Any] = {"exists": answer == z3.sat, "z3": str(answer)}
+    if answer == z3.sat and summarize is not None:
+        out.update(summarize(solver.model()))
+    return out, seconds

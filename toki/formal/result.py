@@ -1,8 +1,10 @@
 """The outcome of one z3 proof: a frozen value that the runner prints and serialises.
 
 A statement is *proved* when the negation of its claim is unsatisfiable within the printed
-bounds (or with no bound, for the algebraic lemmas); *counterexample* when z3 found a model
-of the negation, which is kept as plain JSON-able data (and as a replayable scenario).
+bounds (or with no bound, for the algebraic lemmas) AND its premises admit a non-trivial
+history (the `premise_witness`); *vacuous* when they admit only trivial ones (a failure);
+*counterexample* when z3 found a model of the negation, which is kept as plain JSON-able
+data (and as a replayable scenario).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class Status(enum.Enum):
     PROVED = "proved"
     COUNTEREXAMPLE = "counterexample"
     UNKNOWN = "unknown"
+    VACUOUS = "vacuous"  # the premises admit only trivial histories: the proof shows nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,7 @@ class ProofResult:
     scenario: dict[str, Any] | None = None
     false_variant_of: str | None = None
     notes: str = ""
+    premise_witness: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -55,4 +59,5 @@ class ProofResult:
             "scenario": self.scenario,
             "false_variant_of": self.false_variant_of,
             "notes": self.notes,
+            "premise_witness": self.premise_witness,
         }

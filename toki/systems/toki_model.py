@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from toki.algebra import OPERATORS
 from toki.isolation import Isolation
 from toki.sim.program import Agent, Begin, Commit, Local, Read, UpdateWhere, Write
 from toki.sim.workload import SimClaim, Workload
@@ -61,12 +62,8 @@ class TokiModel(SystemModel):
         self.operator = operator
         self.keyed_log = keyed_log
         self.uses_judge = operator == "EWM" if judge is None else judge
-        self.isolation_level = {
-            "LWW": Isolation.READ_COMMITTED,
-            "EWM": Isolation.SNAPSHOT,
-            "AWAIT": Isolation.READ_COMMITTED,
-            "RULE": Isolation.SERIALIZABLE,
-        }[operator]
+        # the declared precondition lives in one place: the operator (toki/algebra)
+        self.isolation_level: Isolation = OPERATORS[operator].requires
         suffix = "" if keyed_log else "-nolog"
         self.model_name = f"toki-{operator.lower()}{suffix}"
 
