@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from toki.algebra.base import Operator
-from toki.canonical import check_json
+from toki.canonical import check_json, check_text
 from toki.errors import (
     InvalidInput,
     LifecycleError,
@@ -29,6 +29,8 @@ from toki.model import (
     FactKey,
     FactVersion,
     Lifecycle,
+    need_key,
+    need_source_hash,
 )
 from toki.model import source_hash_of as _source_hash_of
 from toki.partition import Partition
@@ -252,10 +254,10 @@ class MemoryBase:
         supersedes: str | None = None,
         weight: float = 1.0,
     ) -> FactVersion:
-        if not isinstance(key, FactKey):
-            raise InvalidInput("key", f"expected a FactKey, got {type(key).__name__}")
+        need_key(key)
         if not isinstance(source_id, str) or not source_id.strip():
             raise InvalidInput("source_id", "must be a non-empty string", "name the message/doc")
+        check_text(source_id, "source_id")
         check_json(value)
         return FactVersion(
             key=key,
@@ -263,7 +265,7 @@ class MemoryBase:
             valid=valid,
             recorded_at=recorded,
             source_id=source_id,
-            source_hash=source_hash or _source_hash_of(source_id, value),
+            source_hash=need_source_hash(source_hash) or _source_hash_of(source_id, value),
             supersedes=supersedes,
             weight=weight,
         )

@@ -20,6 +20,7 @@ from toki.model import (
     Lifecycle,
     Resolution,
     Scope,
+    need_key,
 )
 from toki.projection import ReconcileReport, reconcile
 from toki.replay import replay
@@ -34,7 +35,7 @@ class Queries(MemoryBase):
     def audit(self, key: FactKey) -> list[AuditRow]:
         """The dual-row view's audit rows: every version that lost a decision, with the
         decision's provenance. Nothing a decision touched is ever overwritten or deleted."""
-        state = self._state(key)
+        state = self._state(need_key(key))
         if state is None:
             return []
         rows = []
@@ -59,6 +60,7 @@ class Queries(MemoryBase):
         With a scope chain, scopes are tried most specific first; the first answer that is
         not "unknown" wins (a conflict is an answer: it is never skipped over).
         """
+        need_key(key)
         at = self._now() if valid_at is None else parse_instant(valid_at, "valid_at")
         as_of = None if system_as_of is None else parse_instant(system_as_of, "system_as_of")
         for scoped in self._scope_keys(key, scope_chain):
@@ -75,6 +77,12 @@ class Queries(MemoryBase):
         if chain is None:
             scopes = [key.scope] if key.scope_kind == "global" else [key.scope, Scope()]
         else:
+            if isinstance(chain, str) or not isinstance(chain, Sequence):
+                raise InvalidInput(
+                    "scope_chain",
+                    f"expected a list of scopes, got {type(chain).__name__}",
+                    "e.g. ['task:42', 'project:web', None]",
+                )
             scopes = [s if isinstance(s, Scope) else Scope.from_resource(s) for s in chain]
             if not scopes:
                 raise InvalidInput("scope_chain", "is empty", "omit it or name at least one scope")
@@ -89,6 +97,7 @@ class Queries(MemoryBase):
     ) -> Resolution:
         """The answer now, as known now. If another writer moved the log past our watermark,
         catch up first, or with catch_up=False report kind "stale" rather than a wrong value."""
+        need_key(key)
         if self._store.last_seq() > self._log.last_seq:
             if not catch_up:
                 return Resolution("stale")
@@ -98,7 +107,7 @@ class Queries(MemoryBase):
     def history(self, key: FactKey, system_as_of: TimeLike | None = None) -> list[HistoryEntry]:
         """Every version known at `system_as_of`: lifecycle, effective interval, successor."""
         as_of = None if system_as_of is None else parse_instant(system_as_of, "system_as_of")
-        state = self._state(key)
+        state = self._state(need_key(key))
         return [] if state is None else state.history(as_of)
 
     def lifecycle(self, version: VersionRef, system_as_of: TimeLike | None = None) -> Lifecycle:
@@ -109,7 +118,7 @@ class Queries(MemoryBase):
         return state.lifecycle(target.id, as_of)
 
     def open_conflicts(self, key: FactKey) -> list[tuple[str, str]]:
-        state = self._state(key)
+        state = self._state(need_key(key))
         return [] if state is None else state.open_conflicts()
 
     def version(self, version_id: str) -> FactVersion:

@@ -29,7 +29,7 @@ from toki.canonical import canonical_json, digest
 from toki.judge import JudgeLog, Verdict
 from toki.log import Event, EventKind
 from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution
-from toki.time import BoundSource, Interval, format_instant
+from toki.time import BoundSource, Interval, format_instant, parse_instant
 
 __all__ = ["KeyState", "KeySummary", "Snapshot", "replay"]
 
@@ -168,10 +168,7 @@ class KeyState:
             touched = (version.id,)
         elif kind is _SUPERSEDE:
             closes = body.get("closes_at")
-            # our own canonical RFC 3339 text: the C parser suffices (3.11 reads the Z)
-            closing = Closing(
-                tuple(body["new"]), None if closes is None else datetime.fromisoformat(closes), at
-            )
+            closing = Closing(tuple(body["new"]), None if closes is None else _stored(closes), at)
             old = body["old"]
             self.closings.setdefault(old, []).append(closing)
             for new in closing.new_ids:
@@ -456,6 +453,15 @@ class KeyState:
             "decisions": sorted(digest(canonical_json(dict(b))) for _, b in self.decisions),
             "policies": sorted(digest(canonical_json(dict(b))) for _, b in self.policies),
         }
+
+
+def _stored(text: str) -> datetime:
+    """Our own canonical RFC 3339 text: the C parser suffices (3.11 reads the Z), except for
+    the unpadded years before 1000 that toki < 0.2 wrote."""
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return parse_instant(text, "closes_at")
 
 
 def _fmt(at: datetime | None) -> str | None:

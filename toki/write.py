@@ -49,6 +49,7 @@ class WritePath(MemoryBase):
         """Route claims on `fact_key` (any tenant and subject) to `operator` by default."""
         if not isinstance(operator, Operator):
             raise InvalidInput("operator", f"{operator!r} is not an Operator")
+        FactKey("configure", "configure", fact_key)  # the same rules as a key's fact_key
         self._operators[fact_key] = operator
 
     def operator_for(self, key: FactKey) -> Operator:
@@ -84,23 +85,22 @@ class WritePath(MemoryBase):
     def set_policy(
         self, tenant: str, fact_key: str, policy: Policy, *, recorded_at: TimeLike | None = None
     ) -> None:
-        """Put a RULE policy in force for `fact_key` from `recorded_at` on (a POLICY event)."""
+        """Put a RULE policy in force for `fact_key` from `recorded_at` on (a POLICY event).
+
+        The same call again (same policy, same recorded_at) is a no-op, like any duplicate
+        delivery."""
         if not isinstance(policy, Policy):
             raise InvalidInput("policy", f"expected a toki.algebra.Policy, got {policy!r}")
         recorded = self._recorded(recorded_at)
         key = FactKey(tenant, POLICY_SUBJECT, fact_key)
-        self._write(
-            [key],
-            lambda p: [
-                p.new(
-                    EventKind.POLICY,
-                    key,
-                    recorded,
-                    (),
-                    {"policy": policy.to_json(), "id": policy.id},
-                )
-            ],
-        )
+
+        def build(p: Partition) -> list[Event]:
+            event = p.new(
+                EventKind.POLICY, key, recorded, (), {"policy": policy.to_json(), "id": policy.id}
+            )
+            return [] if event.event_id in p.snapshot.seen else [event]
+
+        self._write([key], build)
 
     def write(
         self,

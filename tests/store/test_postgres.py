@@ -148,7 +148,7 @@ def test_adjudicated_rows_equal_the_segments_and_the_exclude_constraint_holds(
         with pytest.raises(psycopg.errors.ExclusionViolation):
             store.execute(
                 "INSERT INTO toki_adjudicated VALUES (%s,%s,%s,%s,%s,99,'v-x','\"Oslo\"',"
-                "'\"Oslo\"',%s)",
+                "'\"Oslo\"',%s,'digest-of-oslo')",
                 row,
             )
 

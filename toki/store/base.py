@@ -17,7 +17,7 @@ from toki.log import Event, event_from_record
 from toki.model import FactKey
 from toki.replay import KeySummary
 
-__all__ = ["EventStore", "Plan", "open_store"]
+__all__ = ["EventStore", "Plan", "open_store", "sqlite_path"]
 
 Plan = Callable[[Sequence[Event], int], tuple[Sequence[Event], Mapping[FactKey, KeySummary]]]
 """A write's decision: (its partition's events, base seq) → (events to append, projection rows).
@@ -84,10 +84,7 @@ def open_store(url: str) -> EventStore:
     if url.startswith("sqlite://"):
         from toki.store.sqlite import SQLiteStore
 
-        path = url[len("sqlite://") :]
-        if path.startswith("/"):
-            path = path[1:] if path.startswith("//") else path
-        return SQLiteStore(path or ":memory:")
+        return SQLiteStore(sqlite_path(url))
     if url.startswith(("postgresql://", "postgres://")):
         try:
             from toki.store.postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
@@ -98,6 +95,20 @@ def open_store(url: str) -> EventStore:
     raise StoreError(
         f"url: cannot open {url!r} (use 'memory://', 'sqlite:///path.db' or 'postgresql://…')"
     )
+
+
+def sqlite_path(url: str) -> str:
+    """The file of a 'sqlite://' URL, by the usual convention (SQLAlchemy's): three slashes
+    and a relative path ('sqlite:///memory.db' is ./memory.db), four for an absolute one
+    ('sqlite:////var/toki.db'); 'sqlite://' or 'sqlite:///:memory:' is an in-memory file."""
+    rest = url[len("sqlite://") :]
+    if rest in ("", "/", "/:memory:"):
+        return ":memory:"
+    if not rest.startswith("/"):
+        raise StoreError(
+            f"url: {url!r} has no path (use 'sqlite:///relative.db' or 'sqlite:////abs/path.db')"
+        )
+    return rest[1:]
 
 
 EVENT_COLUMNS = "seq, key_seq, kind, payload, payload_hash, event_id"

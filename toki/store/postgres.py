@@ -26,7 +26,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.types.range import Range
 
-from toki.canonical import canonical_json
+from toki.canonical import canonical_json, digest
 from toki.errors import ConstraintViolation, IntegrityError, StoreError, WriteConflict
 from toki.isolation import Isolation
 from toki.log import Event, EventKind, chain_link
@@ -218,7 +218,26 @@ def _migration_2(cur: psycopg.Cursor[Any]) -> None:
     cur.execute(_M2)
 
 
-MIGRATIONS = (_migration_1, _migration_2)
+_M3 = """
+ALTER TABLE toki_adjudicated ADD COLUMN IF NOT EXISTS value_digest text;
+UPDATE toki_adjudicated
+    SET value_digest = encode(sha256(convert_to(value_json, 'UTF8')), 'hex');
+ALTER TABLE toki_adjudicated ALTER COLUMN value_digest SET NOT NULL;
+ALTER TABLE toki_adjudicated DROP CONSTRAINT IF EXISTS toki_adjudicated_no_contradiction;
+ALTER TABLE toki_adjudicated ADD CONSTRAINT toki_adjudicated_no_contradiction EXCLUDE USING gist (
+    tenant WITH =, subject WITH =, scope_kind WITH =, scope_key WITH =, fact_key WITH =,
+    valid_during WITH &&, value_digest WITH <>
+);
+"""
+
+
+def _migration_3(cur: psycopg.Cursor[Any]) -> None:
+    """The EXCLUDE constraint compares a sha256 of the value, not the value: a gist index
+    row holds at most 8,191 bytes, so large values were refused on PostgreSQL only."""
+    cur.execute(_M3)
+
+
+MIGRATIONS = (_migration_1, _migration_2, _migration_3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -419,7 +438,7 @@ class PostgresStore:
                     ],
                 )
                 segments = [
-                    (*_key_row(k), i, vid, _jsonb(value), value, start, end)
+                    (*_key_row(k), i, vid, _jsonb(value), value, start, end, digest(value, 64))
                     for k, s in summaries.items()
                     for i, (vid, value, start, end) in enumerate(s.segments)
                 ]
@@ -427,8 +446,10 @@ class PostgresStore:
                     try:
                         with self._conn.transaction():  # a savepoint: name the key on failure
                             cur.executemany(
-                                "INSERT INTO toki_adjudicated VALUES (%s,%s,%s,%s,%s,%s,%s,"
-                                "%s::jsonb,%s,tstzrange(%s,%s,'[)'))",
+                                "INSERT INTO toki_adjudicated (tenant, subject, scope_kind, "
+                                "scope_key, fact_key, ord, version_id, value, value_json, "
+                                "valid_during, value_digest) VALUES (%s,%s,%s,%s,%s,%s,%s,"
+                                "%s::jsonb,%s,tstzrange(%s,%s,'[)'),%s)",
                                 segments,
                             )
                     except pg_errors.ExclusionViolation as exc:

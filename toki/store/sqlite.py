@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
 from toki.canonical import canonical_json
-from toki.errors import ConstraintViolation, StoreError
+from toki.errors import ConstraintViolation, StoreBusy, StoreError
 from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
@@ -76,18 +76,34 @@ def event_row(e: Event) -> tuple[object, ...]:
 class SQLiteStore:
     """Durable events and projection in one SQLite file."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
+        self.busy_timeout = busy_timeout
+        self._lock = threading.RLock()
+        self._depth = 0
         try:
             self._conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
             )
         except sqlite3.Error as exc:
             raise StoreError(f"url: cannot open SQLite file {self.path!r}: {exc}") from exc
-        self._lock = threading.RLock()
-        self._depth = 0
+        try:
+            with self._errors():
+                self._init_schema()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _init_schema(self) -> None:
         conn = self._conn
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "toki_meta" not in tables:  # before any PRAGMA: leave the file untouched
+            raise StoreError(
+                f"url: {self.path} is a SQLite database but not a toki store (it has tables "
+                f"{', '.join(sorted(tables)[:5])} and no toki_meta); it was left untouched "
+                "(open a new file, or the toki store you meant)"
+            )
         if self.path != ":memory:":
             conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
@@ -105,6 +121,29 @@ class SQLiteStore:
                 f"url: {self.path} has schema version {row[0]}, newer than this toki "
                 f"({SCHEMA_VERSION}); upgrade toki"
             )
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Map driver errors onto toki's hierarchy, naming the file."""
+        try:
+            yield
+        except sqlite3.IntegrityError as exc:
+            raise ConstraintViolation(
+                f"{self.path}: the database refused the write ({exc}); nothing of it was kept"
+            ) from exc
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StoreBusy(
+                    f"{self.path}: another connection held the write lock for longer than the "
+                    f"busy timeout ({self.busy_timeout:g} s); nothing was written (retry, or "
+                    "open with a longer busy_timeout)"
+                ) from exc
+            raise StoreError(f"{self.path}: SQLite failed: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"url: {self.path} cannot be used as a SQLite database ({exc}); "
+                "it was left untouched"
+            ) from exc
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -128,10 +167,8 @@ class SQLiteStore:
                 self._depth -= 1
 
     def _run(self, statement: str) -> None:
-        try:
+        with self._errors():
             self._conn.execute(statement)
-        except sqlite3.Error as exc:
-            raise StoreError(f"url: {self.path}: {statement} failed: {exc}") from exc
 
     def write_lock(self) -> AbstractContextManager[None]:
         return self._locked()
@@ -139,7 +176,7 @@ class SQLiteStore:
     def transact(self, keys: frozenset[FactKey], level: Isolation, plan: Plan) -> int:
         """One writer (BEGIN IMMEDIATE is SQLite's serialisation; `level` is not needed):
         read the partition, plan, append, commit; a failure anywhere rolls everything back."""
-        with self._locked():
+        with self._locked(), self._errors():
             texts = sorted(_key_text(k) for k in keys)
             rows = self._conn.execute(
                 f"SELECT {EVENT_COLUMNS} FROM toki_event WHERE fact_key IN "
@@ -174,7 +211,7 @@ class SQLiteStore:
         *,
         replace: bool = False,
     ) -> None:
-        with self._locked(), _mapped(self.path):
+        with self._locked(), self._errors():
             self._conn.executemany(INSERT_EVENT, [event_row(e) for e in events])
             if replace:
                 self._conn.execute("DELETE FROM toki_current")
@@ -197,7 +234,7 @@ class SQLiteStore:
             )
 
     def load(self, after_seq: int = 0) -> Iterator[Event]:
-        with self._lock:
+        with self._lock, self._errors():
             rows = self._conn.execute(
                 f"SELECT {EVENT_COLUMNS} FROM toki_event WHERE seq > ? ORDER BY seq",
                 (after_seq,),
@@ -205,12 +242,12 @@ class SQLiteStore:
         return events_from_rows(rows, str(self.path))
 
     def last_seq(self) -> int:
-        with self._lock:
+        with self._lock, self._errors():
             row = self._conn.execute("SELECT coalesce(max(seq), 0) FROM toki_event").fetchone()
         return int(row[0])
 
     def load_projection(self) -> tuple[int, dict[FactKey, KeySummary]]:
-        with self._lock:
+        with self._lock, self._errors():
             wm = self._conn.execute("SELECT value FROM toki_meta WHERE name='watermark'").fetchone()
             rows = self._conn.execute("SELECT * FROM toki_current").fetchall()
         out = {}
@@ -234,17 +271,6 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-@contextmanager
-def _mapped(path: str) -> Iterator[None]:
-    """sqlite3 errors as toki errors naming the file (the transaction is rolled back)."""
-    try:
-        yield
-    except sqlite3.IntegrityError as exc:
-        raise ConstraintViolation(f"{path}: {exc}; nothing was written") from exc
-    except sqlite3.Error as exc:
-        raise StoreError(f"url: {path}: {exc}; nothing was written") from exc
 
 
 @functools.lru_cache(maxsize=65536)
