@@ -295,7 +295,9 @@ class KeyState:
         return [v for v in self.versions.values() if _known(v.recorded_at, as_of)]
 
     def open_conflicts(self, as_of: datetime | None = None) -> list[tuple[str, str]]:
-        """Conflict edges opened by `as_of`, not resolved by then, with both sides standing."""
+        """Conflict edges opened by `as_of`, not resolved by then, with both sides standing
+        and still overlapping: a supersession that closed one side where the other holds
+        (a claim that lost, a rejected one) settles the conflict, logged resolution or not."""
         out = []
         for pair, opened in self.conflicts_opened.items():
             if not _known(opened, as_of):
@@ -304,6 +306,10 @@ class KeyState:
             if resolved is not None and _known(resolved[0], as_of):
                 continue
             if self.is_revoked(pair[0], as_of) or self.is_revoked(pair[1], as_of):
+                continue
+            left = self.effective(pair[0], as_of) if pair[0] in self.versions else None
+            right = self.effective(pair[1], as_of) if pair[1] in self.versions else None
+            if left is None or right is None or not left.overlaps(right):
                 continue
             out.append(pair)
         return sorted(out)
