@@ -58,6 +58,8 @@ class Event:
     event_id: str
     body: Mapping[str, Any] = field(compare=False, repr=False)
     version: FactVersion | None = field(default=None, compare=False, repr=False)
+    chain: str | None = field(default=None, compare=False, repr=False)
+    """The chain link the store keeps beside the event (toki.chain); None before it has one."""
 
     def verify(self) -> None:
         """Raise IntegrityError if the payload no longer matches its hash or id."""

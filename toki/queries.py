@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from toki.algebra.provenance import AuditRow, Provenance
+from toki.chain import ChainCheck, Digest, VerifyReport, verify
 from toki.errors import (
     InvalidInput,
 )
@@ -24,6 +25,7 @@ from toki.model import (
 )
 from toki.projection import ReconcileReport, reconcile
 from toki.replay import replay
+from toki.store.base import ALL_SEQS
 from toki.time import TimeLike, parse_instant
 
 __all__ = ["Queries"]
@@ -137,6 +139,26 @@ class Queries(MemoryBase):
     def state_hash(self) -> str:
         return self._snapshot.state_hash()
 
+    def digest(self, *, key: bytes | None = None) -> Digest:
+        """(last seq, head link) of the log as this Memory has folded it: save its text
+        (`str(digest)`) outside the store; `verify(digest)` later proves the log up to that seq
+        unchanged. With `key` (bytes you keep, never stored), the chain is HMAC-SHA256."""
+        check = ChainCheck(self._store.url, _chain_key(key))
+        for event in self._log:
+            check.add(event)
+        return check.digest()
+
+    def verify(self, digest: Digest | None = None, *, key: bytes | None = None) -> VerifyReport:
+        """Walk the stored log again: seqs dense from 1, stored links, and (given a digest
+        saved earlier, keyed if it was made with `key`) the log up to its seq unchanged."""
+        where = self._store.url
+        return verify(
+            where,
+            ((e, e.chain) for e in self._store.load(ALL_SEQS)),
+            digest=digest,
+            key=_chain_key(key),
+        )
+
     def reconcile(self) -> ReconcileReport:
         """Compare the stored projection with a fresh replay of the stored log, per key."""
         watermark, stored = self._store.load_projection()
@@ -144,3 +166,9 @@ class Queries(MemoryBase):
 
     def render_history(self, key: FactKey, system_as_of: TimeLike | None = None) -> str:
         return "\n".join(entry.render() for entry in self.history(key, system_as_of))
+
+
+def _chain_key(key: object) -> bytes | None:
+    if key is None or (isinstance(key, bytes) and key):
+        return key
+    raise InvalidInput("key", "must be non-empty bytes (read it from a file you keep)")

@@ -17,7 +17,7 @@ from toki.log import Event, event_from_record
 from toki.model import FactKey
 from toki.replay import KeySummary
 
-__all__ = ["EventStore", "Plan", "open_store", "sqlite_path"]
+__all__ = ["ALL_SEQS", "EventStore", "Plan", "open_store", "sqlite_path"]
 
 Plan = Callable[[Sequence[Event], int], tuple[Sequence[Event], Mapping[FactKey, KeySummary]]]
 """A write's decision: (its partition's events, base seq) → (events to append, projection rows).
@@ -110,6 +110,10 @@ def sqlite_path(url: str) -> str:
         )
     return rest[1:]
 
+
+ALL_SEQS = -(2**62)
+"""`load(ALL_SEQS)` returns every stored event, those with a seq at or below 0 too (a log
+that holds such a row was tampered with; the chain check names it)."""
 
 EVENT_COLUMNS = "seq, key_seq, kind, payload, payload_hash, event_id"
 """The columns of an event row, in the order `events_from_rows` reads them."""
