@@ -424,36 +424,7 @@ class PostgresStore:
                         [list(c) for c in cols],
                     )
             if summaries:
-                cur.executemany(
-                    "INSERT INTO toki_current VALUES (%s,%s,%s,%s,%s,%s,%s::text[],%s,%s)",
-                    [
-                        (
-                            *_key_row(k),
-                            s.value_hash,
-                            list(s.version_ids),
-                            s.open_conflicts,
-                            s.open_intervals,
-                        )
-                        for k, s in summaries.items()
-                    ],
-                )
-                segments = [
-                    (*_key_row(k), i, vid, _jsonb(value), value, start, end, digest(value, 64))
-                    for k, s in summaries.items()
-                    for i, (vid, value, start, end) in enumerate(s.segments)
-                ]
-                if segments:
-                    try:
-                        with self._conn.transaction():  # a savepoint: name the key on failure
-                            cur.executemany(
-                                "INSERT INTO toki_adjudicated (tenant, subject, scope_kind, "
-                                "scope_key, fact_key, ord, version_id, value, value_json, "
-                                "valid_during, value_digest) VALUES (%s,%s,%s,%s,%s,%s,%s,"
-                                "%s::jsonb,%s,tstzrange(%s,%s,'[)'),%s)",
-                                segments,
-                            )
-                    except pg_errors.ExclusionViolation as exc:
-                        raise ConstraintViolation(_overlap_message(summaries, exc)) from exc
+                self._insert_summaries(cur, summaries)
             cur.execute(
                 "UPDATE toki_meta SET value = %s WHERE name = 'watermark'", (str(watermark),)
             )
@@ -596,8 +567,8 @@ class PostgresStore:
                 for k, s in summaries.items()
             ],
         )
-        segments = [
-            (*_key_row(k), i, vid, _jsonb(value), value, start, end)
+        segments = [  # the EXCLUDE constraint compares value_digest (any value size fits)
+            (*_key_row(k), i, vid, _jsonb(value), value, start, end, digest(value, 64))
             for k, s in summaries.items()
             for i, (vid, value, start, end) in enumerate(s.segments)
         ]
@@ -605,8 +576,10 @@ class PostgresStore:
             try:
                 with cur.connection.transaction():  # a savepoint: name the key on failure
                     cur.executemany(
-                        "INSERT INTO toki_adjudicated VALUES (%s,%s,%s,%s,%s,%s,%s,"
-                        "%s::jsonb,%s,tstzrange(%s,%s,'[)'))",
+                        "INSERT INTO toki_adjudicated (tenant, subject, scope_kind, scope_key, "
+                        "fact_key, ord, version_id, value, value_json, valid_during, "
+                        "value_digest) VALUES (%s,%s,%s,%s,%s,%s,%s,%s::jsonb,%s,"
+                        "tstzrange(%s,%s,'[)'),%s)",
                         segments,
                     )
             except pg_errors.ExclusionViolation as exc:
