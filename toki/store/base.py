@@ -118,13 +118,25 @@ that holds such a row was tampered with; the chain check names it)."""
 EVENT_COLUMNS = "seq, key_seq, kind, payload, payload_hash, event_id"
 """The columns of an event row, in the order `events_from_rows` reads them."""
 
+LOG_COLUMNS = EVENT_COLUMNS + ", chain"
+"""An event row with its stored chain link (toki.chain)."""
+
+_NAMES = EVENT_COLUMNS.split(", ")
+_NAMES_CHAIN = LOG_COLUMNS.split(", ")
+
 
 def events_from_rows(rows: Sequence[Sequence[object]], where: str) -> Iterator[Event]:
-    """Decode stored event rows (`EVENT_COLUMNS`); an unreadable row names its store and seq."""
+    """Decode stored event rows (`EVENT_COLUMNS`, or `LOG_COLUMNS` with the chain link); an
+    unreadable or altered row names its store and seq."""
     for row in rows:
-        record = dict(zip(EVENT_COLUMNS.split(", "), row, strict=True))
+        record = dict(zip(_NAMES if len(row) == len(_NAMES) else _NAMES_CHAIN, row, strict=True))
         try:
             yield event_from_record(record)
         except (KeyError, ValueError) as exc:
             seq = record["seq"]
             raise IntegrityError(f"{where}: event seq {seq} is unreadable: {exc}") from exc
+        except IntegrityError as exc:
+            raise IntegrityError(
+                f"{where}: {exc} (the row was changed outside toki; run `toki verify URL` "
+                "and restore the store from a backup taken before it)"
+            ) from exc

@@ -27,12 +27,13 @@ from psycopg import sql
 from psycopg.types.range import Range
 
 from toki.canonical import canonical_json, digest
+from toki.chain import GENESIS, link
 from toki.errors import ConstraintViolation, IntegrityError, StoreError, WriteConflict
 from toki.isolation import Isolation
-from toki.log import Event, EventKind, chain_link
+from toki.log import Event, EventKind
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store.base import EVENT_COLUMNS, Plan, events_from_rows
+from toki.store.base import EVENT_COLUMNS, LOG_COLUMNS, Plan, events_from_rows
 from toki.time import format_instant, parse_instant
 
 __all__ = ["DEFAULT_DSN", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStore", "default_dsn"]
@@ -404,9 +405,11 @@ class PostgresStore:
     ) -> None:
         with self._locked(), self._conn.cursor() as cur:
             if events:
-                with cur.copy(f"COPY toki_event ({_EVENT_COLS}) FROM STDIN") as copy:
+                _, prev = self._last_link(cur)
+                with cur.copy(f"COPY toki_event ({_EVENT_COLS}, chain) FROM STDIN") as copy:
                     for e in events:
-                        copy.write_row(_event_row(e))
+                        prev = link(prev, e)
+                        copy.write_row((*_event_row(e), prev))
                 self._insert_versions(cur, events, sequenced=True)
             if replace:
                 cur.execute("DELETE FROM toki_adjudicated")
@@ -601,20 +604,18 @@ class PostgresStore:
                 ).fetchall()
                 if not rows:
                     return 0
-                last = cur.execute(
-                    "SELECT seq, coalesce(chain, '') FROM toki_event ORDER BY seq DESC LIMIT 1"
-                ).fetchone()
-                seq, prev = (int(last[0]), str(last[1])) if last else (0, "")
+                seq, prev = self._last_link(cur)
                 events = []
                 links = []
                 for e in events_from_rows(rows, self.url):
                     seq += 1
-                    prev = chain_link(prev, seq, e.event_id, e.payload_hash)
-                    events.append(dataclasses.replace(e, seq=seq))
+                    e = dataclasses.replace(e, seq=seq)
+                    prev = link(prev, e)
+                    events.append(e)
                     links.append(prev)
                 with cur.copy(f"COPY toki_event ({_EVENT_COLS}, chain) FROM STDIN") as copy:
-                    for e, link in zip(events, links, strict=True):
-                        copy.write_row((*_event_row(e), link))
+                    for e, chained in zip(events, links, strict=True):
+                        copy.write_row((*_event_row(e), chained))
                 cur.execute(
                     "DELETE FROM toki_pending WHERE event_id = ANY(%s)",
                     ([e.event_id for e in events],),
@@ -650,9 +651,7 @@ class PostgresStore:
             conn = self._live()
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                rows = cur.execute(
-                    f"SELECT {EVENT_COLUMNS} FROM toki_event ORDER BY seq"
-                ).fetchall()
+                rows = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
                 pending = cur.execute(
                     "SELECT 0, key_seq, kind, payload, payload_hash, event_id FROM toki_pending "
                     f"ORDER BY tick, {_KEY_COLS}, key_seq"
@@ -665,12 +664,36 @@ class PostgresStore:
             projection,
         )
 
+    def _last_link(self, cur: psycopg.Cursor[Any]) -> tuple[int, str]:
+        """(seq, chain link) of the last logged event: new links continue from it."""
+        last = cur.execute("SELECT seq, chain FROM toki_event ORDER BY seq DESC LIMIT 1").fetchone()
+        if last is None:
+            return 0, GENESIS
+        if last[1] is None:
+            raise IntegrityError(
+                f"{self.url}: event seq {last[0]} has no chain link: the log was written by an "
+                "earlier toki and is not chained yet (open it with Memory once, which chains "
+                "it and records that as a CHAIN event)"
+            )
+        return int(last[0]), str(last[1])
+
+    def set_links(self, links: Sequence[tuple[int, str]]) -> None:
+        """The one-time migration of an unchained log: store the links of events that have
+        none (the append-only trigger is disabled for this statement only, in one transaction)."""
+        with self._locked(), self._errors(), self._conn.cursor() as cur:
+            cur.execute("ALTER TABLE toki_event DISABLE TRIGGER toki_event_append_only")
+            cur.executemany(
+                "UPDATE toki_event SET chain = %s WHERE seq = %s AND chain IS NULL",
+                [(link_, seq) for seq, link_ in links],
+            )
+            cur.execute("ALTER TABLE toki_event ENABLE TRIGGER toki_event_append_only")
+
     def load(self, after_seq: int = 0) -> Iterator[Event]:
         with self._lock, self._errors():
             rows = (
                 self._live()
                 .execute(
-                    f"SELECT {EVENT_COLUMNS} FROM toki_event WHERE seq > %s ORDER BY seq",
+                    f"SELECT {LOG_COLUMNS} FROM toki_event WHERE seq > %s ORDER BY seq",
                     (after_seq,),
                 )
                 .fetchall()

@@ -16,16 +16,24 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
 from toki.canonical import canonical_json
-from toki.errors import ConstraintViolation, StoreBusy, StoreError
+from toki.chain import GENESIS, link
+from toki.errors import ConstraintViolation, IntegrityError, StoreBusy, StoreError
 from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store.base import EVENT_COLUMNS, Plan, events_from_rows
+from toki.store.base import ALL_SEQS, EVENT_COLUMNS, LOG_COLUMNS, Plan, events_from_rows
+from toki.time import format_instant, parse_instant
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: events and projection; 2: each event's chain link (toki.chain; NULL before it)."""
+
+_NO_UPDATE = (
+    "CREATE TRIGGER IF NOT EXISTS toki_event_no_update BEFORE UPDATE ON toki_event\n"
+    "BEGIN SELECT RAISE(ABORT, 'toki_event is append-only: UPDATE is not allowed'); END"
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS toki_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -38,11 +46,11 @@ CREATE TABLE IF NOT EXISTS toki_event (
     payload      TEXT NOT NULL,
     payload_hash TEXT NOT NULL,
     event_id     TEXT NOT NULL UNIQUE,
+    chain        TEXT,
     UNIQUE (fact_key, key_seq)
 );
 CREATE INDEX IF NOT EXISTS toki_event_recorded ON toki_event (recorded_at);
-CREATE TRIGGER IF NOT EXISTS toki_event_no_update BEFORE UPDATE ON toki_event
-BEGIN SELECT RAISE(ABORT, 'toki_event is append-only: UPDATE is not allowed'); END;
+{no_update};
 CREATE TRIGGER IF NOT EXISTS toki_event_no_delete BEFORE DELETE ON toki_event
 BEGIN SELECT RAISE(ABORT, 'toki_event is append-only: DELETE is not allowed'); END;
 CREATE TABLE IF NOT EXISTS toki_current (
@@ -53,14 +61,17 @@ CREATE TABLE IF NOT EXISTS toki_current (
     open_intervals INTEGER NOT NULL,
     segments       TEXT NOT NULL DEFAULT '[]'
 );
-"""
+""".replace("{no_update}", _NO_UPDATE)
 
 
-INSERT_EVENT = "INSERT INTO toki_event VALUES (?,?,?,?,?,?,?,?)"
+INSERT_EVENT = (
+    "INSERT INTO toki_event (seq, key_seq, kind, fact_key, recorded_at, payload, payload_hash, "
+    "event_id, chain) VALUES (?,?,?,?,?,?,?,?,?)"
+)
 
 
-def event_row(e: Event) -> tuple[object, ...]:
-    """An event as a `toki_event` row (the columns of `_SCHEMA`, in order)."""
+def event_row(e: Event, link: str | None = None) -> tuple[object, ...]:
+    """An event as a `toki_event` row (the columns of `INSERT_EVENT`, in order)."""
     return (
         e.seq,
         e.key_seq,
@@ -70,6 +81,7 @@ def event_row(e: Event) -> tuple[object, ...]:
         e.payload,
         e.payload_hash,
         e.event_id,
+        link,
     )
 
 
@@ -121,6 +133,13 @@ class SQLiteStore:
                 f"url: {self.path} has schema version {row[0]}, newer than this toki "
                 f"({SCHEMA_VERSION}); upgrade toki"
             )
+        elif int(row[0]) < 2:  # the chain column; Memory chains the old events on open
+            conn.execute("BEGIN IMMEDIATE")
+            columns = {r[1] for r in conn.execute("PRAGMA table_info(toki_event)")}
+            if "chain" not in columns:
+                conn.execute("ALTER TABLE toki_event ADD COLUMN chain TEXT")
+            conn.execute("UPDATE toki_meta SET value='2' WHERE name='schema_version'")
+            conn.execute("COMMIT")
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
@@ -197,7 +216,7 @@ class SQLiteStore:
         with self._lock:
             self._run("BEGIN")
             try:
-                events = list(self.load(0))
+                events = list(self.load(ALL_SEQS))
                 watermark, projection = self.load_projection()
             finally:
                 self._conn.execute("COMMIT")
@@ -212,7 +231,8 @@ class SQLiteStore:
         replace: bool = False,
     ) -> None:
         with self._locked(), self._errors():
-            self._conn.executemany(INSERT_EVENT, [event_row(e) for e in events])
+            if events:
+                self._conn.executemany(INSERT_EVENT, self._linked(events))
             if replace:
                 self._conn.execute("DELETE FROM toki_current")
             self._conn.executemany(
@@ -233,10 +253,39 @@ class SQLiteStore:
                 "UPDATE toki_meta SET value=? WHERE name='watermark'", (str(watermark),)
             )
 
+    def _linked(self, events: Sequence[Event]) -> list[tuple[object, ...]]:
+        """Rows with their chain links, continuing from the last stored event's link."""
+        last = self._conn.execute(
+            "SELECT seq, chain FROM toki_event ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        prev = GENESIS if last is None else last[1]
+        if prev is None:
+            raise IntegrityError(
+                f"{self.path}: event seq {last[0]} has no chain link: the log was written by "
+                "an earlier toki and is not chained yet (open it with Memory.open once, which "
+                "chains it and records that as a CHAIN event)"
+            )
+        rows = []
+        for e in events:
+            prev = link(prev, e)
+            rows.append(event_row(e, prev))
+        return rows
+
+    def set_links(self, links: Sequence[tuple[int, str]]) -> None:
+        """The one-time migration of an unchained log: store the links of events that have
+        none (the append-only trigger is lifted for this statement only, in one transaction)."""
+        with self._locked(), self._errors():
+            self._conn.execute("DROP TRIGGER toki_event_no_update")
+            self._conn.executemany(
+                "UPDATE toki_event SET chain = ? WHERE seq = ? AND chain IS NULL",
+                [(link_, seq) for seq, link_ in links],
+            )
+            self._conn.execute(_NO_UPDATE)
+
     def load(self, after_seq: int = 0) -> Iterator[Event]:
         with self._lock, self._errors():
             rows = self._conn.execute(
-                f"SELECT {EVENT_COLUMNS} FROM toki_event WHERE seq > ? ORDER BY seq",
+                f"SELECT {LOG_COLUMNS} FROM toki_event WHERE seq > ? ORDER BY seq",
                 (after_seq,),
             ).fetchall()
         return events_from_rows(rows, str(self.path))
@@ -253,7 +302,7 @@ class SQLiteStore:
         out = {}
         for key_text, value_hash, version_ids, conflicts, intervals, segments in rows:
             key = FactKey.from_json(json.loads(key_text))
-            segs = tuple(tuple(seg) for seg in json.loads(segments))
+            segs = tuple((a, b, _bound(c), _bound(d)) for a, b, c, d in json.loads(segments))
             out[key] = KeySummary(
                 value_hash,
                 tuple(json.loads(version_ids)),
@@ -271,6 +320,13 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _bound(text: str | None) -> str | None:
+    """A stored segment bound in today's canonical form (years before 1000 were unpadded)."""
+    if text is None or (len(text) >= 20 and text[4] == "-"):
+        return text
+    return format_instant(parse_instant(text, "segment bound"))
 
 
 @functools.lru_cache(maxsize=65536)
