@@ -80,7 +80,7 @@ def test_event_payloads_and_version_ids_of_stores_are_unchanged() -> None:
     first = mem.assert_fact(key, "calm", valid_from="2026-01-01T00:00:00Z", source_id="s")
     mem.supersede(first, "tense", valid_from="2026-02-01T00:00:00Z", source_id="s2")
     for i in range(30):
-        mem.assert_fact(key, {"v": i % 4, "w": [1.5e-7 * i, 10.0**i, "é\u2028\x00"]},
+        mem.assert_fact(key, {"v": i % 4, "w": [1.5e-7 * i, 10.0**i, "é\u2028\x01"]},
                         valid_from=f"2026-01-{1 + i % 20:02d}T00:00:00Z", source_id=f"s{i}")
     mem.revoke(first, reason="wrong")
     assert len(mem.events()) > 30

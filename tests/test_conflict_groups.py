@@ -117,10 +117,14 @@ def naive_open_conflicts(
     events: list[Event], state: KeyState, as_of: datetime | None
 ) -> list[tuple[str, ...]]:
     groups = _open_members(events, state.key, as_of)
+    # a member closed entirely (it lost everywhere, or was rejected) is out of its conflict
+    standing = {
+        g: {v for v in m if state.effective(v, as_of) is not None} for g, m in groups.items()
+    }
     return sorted(
         tuple(sorted(m))
-        for m in groups.values()
-        if len({state.versions[v].value_json for v in m}) > 1
+        for m in standing.values()
+        if len(m) > 1 and len({state.versions[v].value_json for v in m}) > 1
     )
 
 

@@ -288,6 +288,49 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0 if verdict.found else 1
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """Walk a store's hash chain (without opening it as a Memory, which would refuse a
+    tampered log) and compare it with a digest saved earlier; exit 1 names the first change."""
+    from pathlib import Path
+
+    from toki.chain import Digest, verify
+    from toki.store.base import ALL_SEQS, open_store
+
+    digest = None if args.digest is None else Digest.parse(args.digest)
+    key = None
+    if args.key_file is not None:
+        try:
+            key = Path(args.key_file).read_bytes().strip()
+        except OSError as exc:
+            raise InvalidInput(
+                "--key-file", f"cannot read {args.key_file}: {exc.strerror}"
+            ) from None
+        if not key:
+            raise InvalidInput("--key-file", f"{args.key_file} is empty", "put the key in it")
+    store = open_store(args.url)
+    try:
+        report = verify(
+            store.url, ((e, e.chain) for e in store.load(ALL_SEQS)), digest=digest, key=key
+        )
+    finally:
+        store.close()
+    if args.json:
+        _print_json(
+            {
+                "ok": report.ok,
+                "events": report.events,
+                "digest": str(report.digest),
+                "keyed": key is not None,
+                "checked_against": None if digest is None else str(digest),
+                "first_bad_seq": report.first_bad,
+                "problem": report.problem,
+            }
+        )
+    else:
+        print(report.describe())
+    return 0 if report.ok else 1
+
+
 def _cmd_matrix(args: argparse.Namespace) -> int:
     """Regenerate the verdict matrix (system × anomaly) from verdict_matrix/matrix.toml."""
     from pathlib import Path
@@ -521,6 +564,17 @@ def _build_parser() -> argparse.ArgumentParser:
     rep.add_argument("witness")
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(handler=_cmd_replay)
+
+    ver = sub.add_parser(
+        "verify", help="walk a store's hash chain; prove it unchanged up to a saved digest"
+    )
+    ver.add_argument("url", help="the store: sqlite:///path.db, postgresql://…")
+    ver.add_argument("--digest", help="'seq:head' saved earlier (Memory.digest(), or this command)")
+    ver.add_argument(
+        "--key-file", help="keyed mode: a file holding the HMAC key (never stored with the data)"
+    )
+    ver.add_argument("--json", action="store_true")
+    ver.set_defaults(handler=_cmd_verify)
 
     mat = sub.add_parser("matrix", help="regenerate the verdict matrix (system × anomaly)")
     mat.add_argument("--budget", default="default", choices=["small", "default"])

@@ -143,6 +143,11 @@ class WriteConflict(StoreError):
     """A write kept failing to serialize (or kept losing its key's head) after its retries."""
 
 
+class StoreBusy(StoreError):
+    """Another writer held the store's write lock for longer than the busy timeout; nothing
+    was written. Retry the call."""
+
+
 class ConstraintViolation(StoreError):
     """A database constraint refused a write (e.g. overlapping adjudicated rows of one key);
     the message names the key and the interval. Nothing of the write was kept."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from toki.algebra.base import Operator
 from toki.algebra.provenance import Action, Decision, Provenance
 from toki.algebra.rule import Policy
-from toki.canonical import canonical_json
+from toki.canonical import canonical_json, check_json, check_text
 from toki.errors import (
     InvalidInput,
     InvalidInterval,
@@ -27,6 +27,7 @@ from toki.model import (
     FactKey,
     FactVersion,
     Lifecycle,
+    need_key,
 )
 from toki.partition import Partition
 from toki.replay import KeyState
@@ -152,6 +153,7 @@ class LifecycleOps(WritePath):
         recorded = self._recorded(recorded_at)
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidInput("reason", "must be a non-empty string", "say why it was wrong")
+        check_text(reason, "reason")
 
         key = self._key_of(version)
 
@@ -200,7 +202,8 @@ class LifecycleOps(WritePath):
         supersession or a segment split the value may live in a newer version.
         """
         at = parse_instant(valid_at, "valid_at")
-        state = self._state(key)
+        check_json(value)
+        state = self._state(need_key(key))
         ids = [] if state is None else state.eligible(at)
         wanted = canonical_json(value)
         targets = [v for v in ids if state is not None and state.versions[v].value_json == wanted]
@@ -229,10 +232,17 @@ class LifecycleOps(WritePath):
         Each standing version it cuts into is superseded by a left piece, this segment and a
         right piece, all new versions; nothing is rewritten and the old version stays in history.
         """
+        need_key(key)
         recorded = self._recorded(recorded_at)
         if valid_from is None or valid_to is None:
             raise InvalidInterval("valid_to", "a segment needs both valid_from and valid_to")
         valid = self._interval(valid_from, valid_to, recorded, None, None)
+        if valid.start is None or valid.end is None:
+            raise InvalidInterval(
+                "valid_from" if valid.start is None else "valid_to",
+                "a segment needs known bounds, not 'unknown'",
+                "give the instants the piece held between",
+            )
         middle = self._new_version(
             key, value, valid, recorded, source_id, source_hash, None, weight
         )
@@ -432,8 +442,8 @@ class LifecycleOps(WritePath):
                         v.key,
                         v.value,
                         v.source_id,
-                        _bound(v.valid.start, v.valid.start_source),
-                        _bound(v.valid.end, v.valid.end_source),
+                        _bound(v.valid.start, v.valid.start_source, v.recorded_at),
+                        _bound(v.valid.end, v.valid.end_source, v.recorded_at),
                         v.recorded_at,
                         v.source_hash,
                         v.weight,
@@ -446,10 +456,13 @@ class LifecycleOps(WritePath):
         return fresh
 
 
-def _bound(at: datetime | None, source: BoundSource) -> TimeLike | None:
-    """A stored bound as write() input again (None: assumed; UNKNOWN: unknown)."""
+def _bound(at: datetime | None, source: BoundSource, recorded: datetime) -> TimeLike | None:
+    """A stored bound as write() input again: None where write() assumed it (the recording
+    time, marked ASSUMED), UNKNOWN where nobody knew it, else the instant."""
     if at is None:
         return UNKNOWN if source is BoundSource.UNKNOWN else None
+    if source is BoundSource.ASSUMED and at == recorded:
+        return None
     return at
 
 

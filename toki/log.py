@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,7 +25,6 @@ __all__ = [
     "Event",
     "EventKind",
     "EventLog",
-    "chain_link",
     "event_from_record",
     "event_to_record",
 ]
@@ -41,6 +39,7 @@ class EventKind(enum.Enum):
     CONFLICT_RESOLVE = "CONFLICT_RESOLVE"  # body: left, right, winner, how
     DECISION = "DECISION"  # a keyed judge verdict or operator decision (body: provenance)
     POLICY = "POLICY"  # a RULE policy row came into force (body: policy)
+    CHAIN = "CHAIN"  # an unchained log was chained on open (body: how many, head, rebuilt keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +57,8 @@ class Event:
     event_id: str
     body: Mapping[str, Any] = field(compare=False, repr=False)
     version: FactVersion | None = field(default=None, compare=False, repr=False)
+    chain: str | None = field(default=None, compare=False, repr=False)
+    """The chain link the store keeps beside the event (toki.chain); None before it has one."""
 
     def verify(self) -> None:
         """Raise IntegrityError if the payload no longer matches its hash or id."""
@@ -69,14 +70,6 @@ class Event:
     def describe(self) -> str:
         at = format_instant(self.recorded_at)
         return f"#{self.seq} {self.kind.value} {self.key} recorded at {at}: {self.payload}"
-
-
-def chain_link(prev: str, seq: int, event_id: str, payload_hash: str) -> str:
-    """The log chain: sha256 over the previous link, this event's seq, id and payload hash
-    (unkeyed; the first event's prev is ""). A rewritten, deleted, reordered or renumbered
-    event changes every link from it on."""
-    text = f"{prev}\n{seq}\n{event_id}\n{payload_hash}"
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _event_id(kind: EventKind, payload: str) -> str:
@@ -163,6 +156,7 @@ def event_from_record(
         event_id=str(record["event_id"]),
         body=body,
         version=version,
+        chain=None if record.get("chain") is None else str(record["chain"]),
     )
     if verify:
         event.verify()

@@ -26,10 +26,21 @@ class Memory(Queries, LifecycleOps):
 
     @classmethod
     def open(
-        cls, url: str, *, clock: Clock | None = None, isolation: Isolation = Isolation.SERIALIZABLE
+        cls,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        isolation: Isolation = Isolation.SERIALIZABLE,
+        repair_projection: bool = False,
     ) -> Memory:
-        """Open 'memory://', 'sqlite:///path.db' or 'postgresql://…'; reconciles on open."""
-        return cls(open_store(url), clock=clock, isolation=isolation)
+        """Open 'memory://', 'sqlite:///path.db' or 'postgresql://…'. Opening checks the log's
+        chain and reconciles the projection; see docs/integrity.md for repair_projection."""
+        return cls(
+            open_store(url),
+            clock=clock,
+            isolation=isolation,
+            repair_projection=repair_projection,
+        )
 
     def close(self) -> None:
         self._store.close()
@@ -59,6 +70,7 @@ class Memory(Queries, LifecycleOps):
         events = list(events)
         snapshot = replay(events, cutoff)
         memory = cls(clock=clock)
+        memory._chain = None  # a replay at a cutoff is part of a log, not a store's chain
         kept = sorted(
             (e for e in _dedup(events) if e.event_id in snapshot.seen), key=lambda e: e.seq
         )

@@ -16,8 +16,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from toki.algebra.base import Operator
-from toki.canonical import check_json
+from toki.canonical import check_json, check_text
+from toki.chain import ChainCheck
 from toki.errors import (
+    IntegrityError,
     InvalidInput,
     LifecycleError,
     UnknownVersion,
@@ -29,6 +31,8 @@ from toki.model import (
     FactKey,
     FactVersion,
     Lifecycle,
+    need_key,
+    need_source_hash,
 )
 from toki.model import source_hash_of as _source_hash_of
 from toki.partition import Partition
@@ -42,6 +46,9 @@ __all__ = ["POLICY_SUBJECT", "UNKNOWN", "Clock", "MemoryBase", "VersionRef", "Wr
 
 POLICY_SUBJECT = "__toki_policy__"
 """Reserved subject under which RULE policies are logged (one key per tenant and fact_key)."""
+
+LOG_KEY = FactKey("__toki__", "__toki_log__", "chain")
+"""Reserved key under which events about the log itself (CHAIN) are logged."""
 
 UNKNOWN = "unknown"
 """Pass as valid_from / valid_to when the source gives no bound and none may be assumed."""
@@ -80,12 +87,17 @@ class MemoryBase:
         *,
         clock: Clock | None = None,
         isolation: Isolation | None = None,
+        repair_projection: bool = False,
     ) -> None:
         """isolation: the level writes run at. None: on PostgreSQL each write runs at its
         operator's declared level; the in-memory and SQLite stores have one writer at a time,
         so their writes are serial (SERIALIZABLE). An explicit level is the level actually
         run; one below an operator's requirement is refused unless the write passes
-        allow_weaker_isolation=True (an experiment), and then it really runs at that level."""
+        allow_weaker_isolation=True (an experiment), and then it really runs at that level.
+
+        Opening checks the log's chain and reconciles the stored projection with the log; a
+        difference raises IntegrityError and changes nothing, unless repair_projection=True
+        (after `toki verify` showed the log intact): then the projection is rebuilt from it."""
         self._store: EventStore = store if store is not None else InMemoryStore()
         self._clock: Clock = clock or _utc_now
         self._isolation = isolation
@@ -98,6 +110,8 @@ class MemoryBase:
         self._writes = 0
         self._retries = 0
         self.open_report: ReconcileReport | None = None
+        self._repair = repair_projection
+        self._chain: ChainCheck | None = ChainCheck(self._store.url)
         self._load()
 
     @property
@@ -122,6 +136,7 @@ class MemoryBase:
         """Fold the log; reconcile the stored projection against the same consistent read."""
         self._store.sequence()  # events a crashed writer committed but never sequenced
         events, unsequenced, watermark, stored = self._store.load_state()
+        chained = self._chain_old_log(events)
         for event in events:
             self._fold(event)
         if self._log.last_seq == 0 and not stored and not unsequenced:
@@ -130,11 +145,55 @@ class MemoryBase:
         for event in unsequenced:  # committed after our sequencing: the projection has them
             replayed.apply(event)
         replayed.watermark = self._log.last_seq
-        self.open_report = reconcile(stored, watermark, replayed)
-        if not self.open_report.ok:  # the projection is disposable: rebuild it from the log
+        self.open_report = report = reconcile(stored, watermark, replayed)
+        if not report.ok:
+            if not (self._repair or chained):
+                raise IntegrityError(
+                    f"{self._store.url}: the stored projection differs from the log (projection "
+                    f"at seq {report.watermark}, log at seq {report.replay_watermark}): "
+                    f"{report.describe()}; nothing was changed. The projection is only ever "
+                    "written with the log, so one of them was changed outside toki: run `toki "
+                    "verify URL --digest D` with a digest saved earlier; if the log is intact, "
+                    "open with repair_projection=True to rebuild the projection from it"
+                )
             self._store.append([], replayed.summaries(), replayed.watermark, replace=True)
+        if chained:
+            self._record_chaining(chained, report)
+
+    def _chain_old_log(self, events: Sequence[Event]) -> int:
+        """The migration of a log written before the chain: store the links of its events
+        (trusting the log as it is now); returns how many were chained (0: nothing to do)."""
+        set_links = getattr(self._store, "set_links", None)
+        n = sum(1 for e in events if e.chain is None)
+        if not n or set_links is None:
+            return 0
+        if any(e.chain is not None for e in events[:n]):
+            first = next(e for e in events[n:] if e.chain is None)
+            raise IntegrityError(
+                f"{self._store.url}: event seq {first.seq} has no chain link although events "
+                "before it have one (its link was removed outside toki); restore the store "
+                "from a backup taken before it"
+            )
+        check = ChainCheck(self._store.url)
+        set_links([(e.seq, check.add(e)) for e in events])
+        return n
+
+    def _record_chaining(self, chained: int, report: ReconcileReport) -> None:
+        """The migration is itself an event (and so part of the chain from here on)."""
+        body = {
+            "chained": chained,
+            "through_seq": self._log.last_seq,
+            "head": self._chain.head if self._chain is not None else "",
+            "projection_rebuilt": [str(d.key) for d in report.differences],
+            "why": "the log was written before toki chained its events; links were computed "
+            "from the log as it was when this store was first opened by a chaining toki",
+        }
+        recorded = self._now()
+        self._write([LOG_KEY], lambda p: [p.new(EventKind.CHAIN, LOG_KEY, recorded, (), body)])
 
     def _fold(self, event: Event) -> None:
+        if self._chain is not None:  # seqs dense from 1, stored links as recomputed
+            self._chain.add(event, event.chain)
         if self._log.add(event):
             self._snapshot.apply(event)
 
@@ -262,10 +321,10 @@ class MemoryBase:
         supersedes: str | None = None,
         weight: float = 1.0,
     ) -> FactVersion:
-        if not isinstance(key, FactKey):
-            raise InvalidInput("key", f"expected a FactKey, got {type(key).__name__}")
+        need_key(key)
         if not isinstance(source_id, str) or not source_id.strip():
             raise InvalidInput("source_id", "must be a non-empty string", "name the message/doc")
+        check_text(source_id, "source_id")
         check_json(value)
         return FactVersion(
             key=key,
@@ -273,7 +332,7 @@ class MemoryBase:
             valid=valid,
             recorded_at=recorded,
             source_id=source_id,
-            source_hash=source_hash or _source_hash_of(source_id, value),
+            source_hash=need_source_hash(source_hash) or _source_hash_of(source_id, value),
             supersedes=supersedes,
             weight=weight,
         )

@@ -8,15 +8,17 @@ the event log (see `toki.replay`), never fields of a version.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from toki.canonical import canonical_json, check_json, digest
+from toki.canonical import canonical_json, check_json, check_text, digest
 from toki.errors import InvalidKey, InvalidValue
 from toki.time import Interval, format_instant, parse_instant
 
 __all__ = [
+    "MAX_KEY_BYTES",
     "SCOPE_KINDS",
     "Claim",
     "FactKey",
@@ -25,6 +27,9 @@ __all__ = [
     "Lifecycle",
     "Resolution",
     "Scope",
+    "need_key",
+    "need_source_hash",
+    "need_weight",
 ]
 
 SCOPE_KINDS = ("global", "project", "task")
@@ -38,12 +43,15 @@ class Scope:
     key: str = "*"
 
     def __post_init__(self) -> None:
-        if self.kind not in SCOPE_KINDS:
+        if not isinstance(self.kind, str) or self.kind not in SCOPE_KINDS:
             raise InvalidKey(
-                "scope_kind", f"unknown scope kind {self.kind!r}", f"use one of {SCOPE_KINDS}"
+                "scope_kind",
+                f"unknown scope kind {_short(self.kind)}",
+                f"use one of {SCOPE_KINDS}",
             )
         if not isinstance(self.key, str) or not self.key.strip():
             raise InvalidKey("scope_key", "empty scope key", "use '*' for global scope")
+        _key_text("scope_key", self.key)
         if self.kind == "global" and self.key != "*":
             raise InvalidKey("scope_key", f"global scope has key {self.key!r}", "use '*'")
         if self.kind != "global" and self.key == "*":
@@ -54,6 +62,12 @@ class Scope:
         """Normalise a trusted resource id ('task:42', 'project:web', None) into a scope."""
         if resource_id is None or resource_id in ("", "*", "global", "global/*"):
             return cls()
+        if not isinstance(resource_id, str):
+            raise InvalidKey(
+                "resource_id",
+                f"expected a str or None, got {type(resource_id).__name__}",
+                "use 'task:<id>', 'project:<id>' or None for global",
+            )
         for sep in (":", "/"):
             if sep in resource_id:
                 kind, _, key = resource_id.partition(sep)
@@ -68,10 +82,64 @@ class Scope:
         return f"{self.kind}/{self.key}"
 
 
-def _need_text(name: str, value: object) -> str:
+MAX_KEY_BYTES = 256
+"""Longest FactKey field in UTF-8 bytes: PostgreSQL indexes the five fields together, and a
+btree row holds at most 2,704 bytes. The same limit holds on every backend."""
+
+
+def _need_text(name: str, value: object, error: type[InvalidValue] | type[InvalidKey]) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise InvalidKey(name, f"must be a non-empty string, got {value!r}")
+        raise error(name, f"must be a non-empty string, got {_short(value)}")
+    try:
+        check_text(value, name)
+    except InvalidValue as exc:
+        raise error(exc.field, exc.problem, exc.fix) from None
     return value
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _key_text(name: str, value: object) -> str:
+    text = _need_text(name, value, InvalidKey)
+    if len(text) > MAX_KEY_BYTES // 4 and len(text.encode("utf-8")) > MAX_KEY_BYTES:
+        raise InvalidKey(
+            name, f"is longer than {MAX_KEY_BYTES} bytes in UTF-8", "use a shorter identifier"
+        )
+    return text
+
+
+def need_key(key: object, field: str = "key") -> FactKey:
+    """The argument if it is a FactKey; otherwise a clear error (not an AttributeError later)."""
+    if not isinstance(key, FactKey):
+        raise InvalidKey(
+            field,
+            f"expected a toki.FactKey, got {type(key).__name__} {_short(key)}",
+            "build one with FactKey(tenant, subject, fact_key)",
+        )
+    return key
+
+
+def need_weight(weight: object, field: str = "weight") -> float:
+    """A weight must be a finite number >= 0 (bool is not a number here)."""
+    if isinstance(weight, bool) or not isinstance(weight, int | float):
+        raise InvalidValue(field, f"must be a number, got {_short(weight)}")
+    try:
+        as_float = float(weight)
+    except OverflowError:
+        as_float = math.inf
+    if not (math.isfinite(as_float) and as_float >= 0):
+        raise InvalidValue(field, f"must be a finite number >= 0, got {_short(weight)}")
+    return as_float
+
+
+def need_source_hash(source_hash: object, field: str = "source_hash") -> str | None:
+    """None (toki derives one) or a non-empty string."""
+    if source_hash is None:
+        return None
+    return _need_text(field, source_hash, InvalidValue)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -86,9 +154,9 @@ class FactKey:
     _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _need_text("tenant", self.tenant)
-        _need_text("subject", self.subject)
-        _need_text("fact_key", self.fact_key)
+        _key_text("tenant", self.tenant)
+        _key_text("subject", self.subject)
+        _key_text("fact_key", self.fact_key)
         Scope(self.scope_kind, self.scope_key)  # validates
         # keys are hashed on every event folded: compute the hash once
         object.__setattr__(
@@ -159,11 +227,10 @@ class FactVersion:
 
     def __post_init__(self) -> None:
         check_json(self.value)
-        _need_text("source_id", self.source_id)
-        if isinstance(self.weight, bool) or not isinstance(self.weight, int | float):
-            raise InvalidValue("weight", f"must be a number, got {self.weight!r}")
-        if not self.weight >= 0:
-            raise InvalidValue("weight", f"must be >= 0, got {self.weight!r}")
+        _need_text("source_id", self.source_id, InvalidValue)
+        if need_source_hash(self.source_hash) is None:
+            raise InvalidValue("source_hash", "must be a non-empty string, got None")
+        need_weight(self.weight)
         if not self.id:
             object.__setattr__(self, "id", self.computed_id())
 
@@ -227,6 +294,15 @@ class Claim:
     recorded_at: str | datetime | None = None
     source_hash: str | None = None
     weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        """The same checks as a FactVersion's, before anything touches the store (times are
+        checked where they are parsed, against the recording time)."""
+        need_key(self.key, "claim.key")
+        check_json(self.value, "claim.value")
+        _need_text("claim.source_id", self.source_id, InvalidValue)
+        need_source_hash(self.source_hash, "claim.source_hash")
+        need_weight(self.weight, "claim.weight")
 
 
 @dataclass(frozen=True, slots=True)

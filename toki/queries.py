@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from toki.algebra.provenance import AuditRow, Provenance
+from toki.chain import ChainCheck, Digest, VerifyReport, verify
 from toki.errors import (
     InvalidInput,
 )
@@ -20,9 +21,11 @@ from toki.model import (
     Lifecycle,
     Resolution,
     Scope,
+    need_key,
 )
 from toki.projection import ReconcileReport, reconcile
 from toki.replay import replay
+from toki.store.base import ALL_SEQS
 from toki.time import TimeLike, parse_instant
 
 __all__ = ["Queries"]
@@ -34,7 +37,7 @@ class Queries(MemoryBase):
     def audit(self, key: FactKey) -> list[AuditRow]:
         """The dual-row view's audit rows: every version that lost a decision, with the
         decision's provenance. Nothing a decision touched is ever overwritten or deleted."""
-        state = self._state(key)
+        state = self._state(need_key(key))
         if state is None:
             return []
         rows = []
@@ -59,6 +62,7 @@ class Queries(MemoryBase):
         With a scope chain, scopes are tried most specific first; the first answer that is
         not "unknown" wins (a conflict is an answer: it is never skipped over).
         """
+        need_key(key)
         at = self._now() if valid_at is None else parse_instant(valid_at, "valid_at")
         as_of = None if system_as_of is None else parse_instant(system_as_of, "system_as_of")
         for scoped in self._scope_keys(key, scope_chain):
@@ -75,6 +79,12 @@ class Queries(MemoryBase):
         if chain is None:
             scopes = [key.scope] if key.scope_kind == "global" else [key.scope, Scope()]
         else:
+            if isinstance(chain, str) or not isinstance(chain, Sequence):
+                raise InvalidInput(
+                    "scope_chain",
+                    f"expected a list of scopes, got {type(chain).__name__}",
+                    "e.g. ['task:42', 'project:web', None]",
+                )
             scopes = [s if isinstance(s, Scope) else Scope.from_resource(s) for s in chain]
             if not scopes:
                 raise InvalidInput("scope_chain", "is empty", "omit it or name at least one scope")
@@ -89,6 +99,7 @@ class Queries(MemoryBase):
     ) -> Resolution:
         """The answer now, as known now. If another writer moved the log past our watermark,
         catch up first, or with catch_up=False report kind "stale" rather than a wrong value."""
+        need_key(key)
         if self._store.last_seq() > self._log.last_seq:
             if not catch_up:
                 return Resolution("stale")
@@ -98,7 +109,7 @@ class Queries(MemoryBase):
     def history(self, key: FactKey, system_as_of: TimeLike | None = None) -> list[HistoryEntry]:
         """Every version known at `system_as_of`: lifecycle, effective interval, successor."""
         as_of = None if system_as_of is None else parse_instant(system_as_of, "system_as_of")
-        state = self._state(key)
+        state = self._state(need_key(key))
         return [] if state is None else state.history(as_of)
 
     def lifecycle(self, version: VersionRef, system_as_of: TimeLike | None = None) -> Lifecycle:
@@ -109,7 +120,7 @@ class Queries(MemoryBase):
         return state.lifecycle(target.id, as_of)
 
     def open_conflicts(self, key: FactKey) -> list[tuple[str, ...]]:
-        state = self._state(key)
+        state = self._state(need_key(key))
         return [] if state is None else state.open_conflicts()
 
     def version(self, version_id: str) -> FactVersion:
@@ -128,6 +139,28 @@ class Queries(MemoryBase):
     def state_hash(self) -> str:
         return self._snapshot.state_hash()
 
+    def digest(self, *, key: bytes | None = None) -> Digest:
+        """(last seq, head link) of the log as this Memory has folded it: save its text
+        (`str(digest)`) outside the store; `verify(digest)` later proves the log up to that seq
+        unchanged. With `key` (bytes you keep, never stored), the chain is HMAC-SHA256."""
+        if key is None and self._chain is not None:
+            return self._chain.digest()
+        check = ChainCheck(self._store.url, _chain_key(key))
+        for event in self._log:
+            check.add(event)
+        return check.digest()
+
+    def verify(self, digest: Digest | None = None, *, key: bytes | None = None) -> VerifyReport:
+        """Walk the stored log again: seqs dense from 1, stored links, and (given a digest
+        saved earlier, keyed if it was made with `key`) the log up to its seq unchanged."""
+        where = self._store.url
+        return verify(
+            where,
+            ((e, e.chain) for e in self._store.load(ALL_SEQS)),
+            digest=digest,
+            key=_chain_key(key),
+        )
+
     def reconcile(self) -> ReconcileReport:
         """Compare the stored projection with a fresh replay of the stored log, per key."""
         watermark, stored = self._store.load_projection()
@@ -135,3 +168,9 @@ class Queries(MemoryBase):
 
     def render_history(self, key: FactKey, system_as_of: TimeLike | None = None) -> str:
         return "\n".join(entry.render() for entry in self.history(key, system_as_of))
+
+
+def _chain_key(key: object) -> bytes | None:
+    if key is None or (isinstance(key, bytes) and key):
+        return key
+    raise InvalidInput("key", "must be non-empty bytes (read it from a file you keep)")

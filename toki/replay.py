@@ -31,7 +31,7 @@ from toki.conflicts import ConflictGroups
 from toki.judge import JudgeLog, Verdict
 from toki.log import Event, EventKind
 from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution
-from toki.time import BoundSource, Interval, format_instant
+from toki.time import BoundSource, Interval, format_instant, parse_instant
 
 __all__ = ["KeyState", "KeySummary", "Snapshot", "replay"]
 
@@ -51,7 +51,6 @@ _CONFLICT_OPEN = EventKind.CONFLICT_OPEN
 _CONFLICT_RESOLVE = EventKind.CONFLICT_RESOLVE
 _DECISION = EventKind.DECISION
 _POLICY = EventKind.POLICY
-_parse = datetime.fromisoformat
 _closing = tuple.__new__  # NamedTuple's own __new__ is Python code: 3x slower per event
 
 
@@ -174,10 +173,10 @@ class KeyState:
             touched = (vid,)
         elif kind is _SUPERSEDE:
             closes = body.get("closes_at")
-            # our own canonical RFC 3339 text: the C parser suffices (3.11 reads the Z)
+            # our own canonical RFC 3339 text (toki < 0.2 wrote unpadded years < 1000)
             new_ids = tuple(body["new"])
             old = body["old"]
-            closing = _closing(Closing, (new_ids, None if closes is None else _parse(closes), at))
+            closing = _closing(Closing, (new_ids, None if closes is None else _stored(closes), at))
             existing = self.closings.get(old)
             if existing is None:
                 self.closings[old] = [closing]
@@ -350,7 +349,7 @@ class KeyState:
         open pairs; each a sorted tuple of version ids, the list sorted."""
         out: list[tuple[str, ...]] = list(self.open_pairs(as_of))
         if self.groups:
-            out.extend(self.groups.open_groups(as_of, self.is_revoked, self._value_of))
+            out.extend(self.groups.open_groups(as_of, self._settled_out, self._value_of))
         return sorted(out)
 
     def open_pairs(self, as_of: datetime | None = None) -> list[tuple[str, str]]:
@@ -365,7 +364,18 @@ class KeyState:
         resolved = self.conflicts_resolved.get(pair)
         if resolved is not None and _known(resolved[0], as_of):
             return False
-        return not (self.is_revoked(pair[0], as_of) or self.is_revoked(pair[1], as_of))
+        if self.is_revoked(pair[0], as_of) or self.is_revoked(pair[1], as_of):
+            return False
+        # a supersession that closed one side where the other holds (a claim that lost, a
+        # rejected one) settles the conflict, logged resolution or not
+        left = self.effective(pair[0], as_of) if pair[0] in self.versions else None
+        right = self.effective(pair[1], as_of) if pair[1] in self.versions else None
+        return left is not None and right is not None and left.overlaps(right)
+
+    def _settled_out(self, vid: str, as_of: datetime | None) -> bool:
+        """A member no longer in its conflict: revoked, or closed entirely (a claim that
+        lost everywhere, a rejected one), logged resolution or not."""
+        return self.is_revoked(vid, as_of) or self.effective(vid, as_of) is None
 
     def _value_of(self, vid: str) -> str:
         return self.versions[vid].value_json
@@ -514,6 +524,15 @@ class KeyState:
             "decisions": sorted(digest(canonical_json(dict(b))) for _, b in self.decisions),
             "policies": sorted(digest(canonical_json(dict(b))) for _, b in self.policies),
         }
+
+
+def _stored(text: str) -> datetime:
+    """Our own canonical RFC 3339 text: the C parser suffices (3.11 reads the Z), except for
+    the unpadded years before 1000 that toki < 0.2 wrote."""
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return parse_instant(text, "closes_at")
 
 
 def _fmt(at: datetime | None) -> str | None:

@@ -8,6 +8,7 @@ e.g. to the recording time), and the rendering says so.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -47,13 +48,16 @@ def parse_instant(value: object, field: str = "time") -> datetime:
                 "pass an aware datetime, e.g. datetime(..., tzinfo=timezone.utc), or an RFC 3339 "
                 "string ending in Z or an offset",
             )
-        return value.astimezone(UTC)
+        return _to_utc(value, field, value.isoformat())
     if isinstance(value, str):
         text = value.strip()
         if not text:
             raise InvalidTime(field, "empty time string", "use RFC 3339, e.g. 2026-07-03T00:00:00Z")
         if text[-1] in "zZ":
             text = text[:-1] + "+00:00"
+        short = _SHORT_YEAR.match(text)
+        if short:  # written by toki < 0.2, whose strftime("%Y") did not zero-pad years < 1000
+            text = short.group(1).zfill(4) + text[short.end(1) :]
         try:
             parsed = datetime.fromisoformat(text)
         except ValueError:
@@ -66,18 +70,38 @@ def parse_instant(value: object, field: str = "time") -> datetime:
                 f"{value!r} has no time zone",
                 "append Z (UTC) or an offset such as +02:00",
             )
-        return parsed.astimezone(UTC)
+        return _to_utc(parsed, field, repr(value))
     raise InvalidTime(
         field, f"expected an RFC 3339 string or aware datetime, got {type(value).__name__}"
     )
 
 
+def _to_utc(at: datetime, field: str, shown: str) -> datetime:
+    try:
+        return at.astimezone(UTC)
+    except OverflowError:
+        raise InvalidTime(
+            field,
+            f"{shown} is outside the calendar in UTC (years 1 to 9999)",
+            "use an instant whose UTC time falls in years 1 to 9999",
+        ) from None
+
+
+_SHORT_YEAR = re.compile(r"^(\d{1,3})-\d\d-\d\dT")
+
+
 def format_instant(at: datetime) -> str:
-    """RFC 3339 UTC with `Z`, microseconds only when present (canonical: one text per instant)."""
+    """RFC 3339 UTC with `Z`, microseconds only when present (canonical: one text per instant).
+
+    The year is always four digits (strftime("%Y") does not zero-pad years before 1000 on
+    Linux, and RFC 3339 requires four)."""
     at = at.astimezone(UTC)
+    text = (
+        f"{at.year:04d}-{at.month:02d}-{at.day:02d}T{at.hour:02d}:{at.minute:02d}:{at.second:02d}"
+    )
     if at.microsecond:
-        return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"{text}.{at.microsecond:06d}Z"
+    return text + "Z"
 
 
 def render_instant(at: datetime | None, source: BoundSource) -> str:

@@ -15,6 +15,7 @@ from toki.algebra.context import ResolveContext
 from toki.algebra.gate import gate
 from toki.algebra.provenance import Action, Decision, Provenance
 from toki.algebra.rule import Policy
+from toki.canonical import canonical_json
 from toki.errors import (
     InvalidInput,
 )
@@ -49,6 +50,7 @@ class WritePath(MemoryBase):
         """Route claims on `fact_key` (any tenant and subject) to `operator` by default."""
         if not isinstance(operator, Operator):
             raise InvalidInput("operator", f"{operator!r} is not an Operator")
+        FactKey("configure", "configure", fact_key)  # the same rules as a key's fact_key
         self._operators[fact_key] = operator
 
     def operator_for(self, key: FactKey) -> Operator:
@@ -84,23 +86,29 @@ class WritePath(MemoryBase):
     def set_policy(
         self, tenant: str, fact_key: str, policy: Policy, *, recorded_at: TimeLike | None = None
     ) -> None:
-        """Put a RULE policy in force for `fact_key` from `recorded_at` on (a POLICY event)."""
+        """Put a RULE policy in force for `fact_key` from `recorded_at` on (a POLICY event).
+
+        The same call again (same policy, same recorded_at) is a no-op, like any duplicate
+        delivery."""
         if not isinstance(policy, Policy):
             raise InvalidInput("policy", f"expected a toki.algebra.Policy, got {policy!r}")
         recorded = self._recorded(recorded_at)
         key = FactKey(tenant, POLICY_SUBJECT, fact_key)
-        self._write(
-            [key],
-            lambda p: [
-                p.new(
-                    EventKind.POLICY,
-                    key,
-                    recorded,
-                    (),
-                    {"policy": policy.to_json(), "id": policy.id},
-                )
-            ],
-        )
+
+        body = {"policy": policy.to_json(), "id": policy.id}
+
+        def build(p: Partition) -> list[Event]:
+            state = p.state(key)
+            if state is not None and any(
+                at == recorded
+                and logged.get("id") == policy.id
+                and canonical_json(logged.get("policy")) == canonical_json(body["policy"])
+                for at, logged in state.policies
+            ):
+                return []  # the same POLICY event is already in the log
+            return [p.new(EventKind.POLICY, key, recorded, (), body)]
+
+        self._write([key], build)
 
     def write(
         self,

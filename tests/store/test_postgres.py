@@ -18,7 +18,7 @@ import pytest
 
 from toki import UNKNOWN, Claim, FactKey, Memory
 from toki.algebra import LWW
-from toki.errors import ConstraintViolation, StoreError
+from toki.errors import ConstraintViolation, IntegrityError, StoreError
 from toki.isolation import Isolation
 from toki.log import EventKind
 from toki.replay import KeySummary
@@ -148,7 +148,7 @@ def test_adjudicated_rows_equal_the_segments_and_the_exclude_constraint_holds(
         with pytest.raises(psycopg.errors.ExclusionViolation):
             store.execute(
                 "INSERT INTO toki_adjudicated VALUES (%s,%s,%s,%s,%s,99,'v-x','\"Oslo\"',"
-                "'\"Oslo\"',%s)",
+                "'\"Oslo\"',%s,'digest-of-oslo')",
                 row,
             )
 
@@ -177,7 +177,9 @@ def test_overlapping_contradictory_segments_are_a_constraint_violation_naming_th
     assert store.load_projection() == (0, {K: same})
 
 
-def test_reopen_detects_and_rebuilds_a_corrupted_projection(pg_store: StoreFactory) -> None:
+def test_reopen_refuses_a_corrupted_projection_and_repairs_it_on_request(
+    pg_store: StoreFactory,
+) -> None:
     store = pg_store()
     with Memory(store) as mem:
         _fill(mem)
@@ -187,7 +189,9 @@ def test_reopen_detects_and_rebuilds_a_corrupted_projection(pg_store: StoreFacto
     # one user's preference goes wrong; the total row count stays the same
     raw.execute("UPDATE toki_current SET version_ids = '{}' WHERE subject = 'u2'")
     raw.execute("DELETE FROM toki_adjudicated WHERE fact_key = 'lived'")
-    with Memory(pg_store(store.schema)) as mem:
+    with pytest.raises(IntegrityError, match=r"(?s)projection differs.*repair_projection=True"):
+        Memory(pg_store(store.schema))
+    with Memory(pg_store(store.schema), repair_projection=True) as mem:
         report = mem.open_report
         assert report is not None and not report.ok
         diffs = {(d.key.subject, d.key.fact_key): d.fields for d in report.differences}

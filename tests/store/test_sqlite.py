@@ -68,7 +68,7 @@ def test_reopen_gives_the_same_state_and_a_clean_reconcile(tmp_path: Path) -> No
         assert (again.state_hash(), again.events(), again.current(K)) == expected
 
 
-def test_reopen_detects_and_rebuilds_a_corrupted_projection(tmp_path: Path) -> None:
+def test_reopen_refuses_a_corrupted_projection_and_repairs_it_on_request(tmp_path: Path) -> None:
     path = tmp_path / "a.db"
     with Memory.open(f"sqlite:///{path}") as mem:
         _fill(mem)
@@ -78,12 +78,18 @@ def test_reopen_detects_and_rebuilds_a_corrupted_projection(tmp_path: Path) -> N
     store = SQLiteStore(path)
     store.execute("UPDATE toki_current SET version_ids='[]' WHERE fact_key LIKE '%u2%'")
     store.close()
-    with Memory.open(f"sqlite:///{path}") as mem:
+    before = path.read_bytes()
+    with pytest.raises(IntegrityError, match=f"{path}: the stored projection differs.*u2.*"
+                       "repair_projection=True"):
+        Memory.open(f"sqlite:///{path}")
+    assert path.read_bytes() == before  # never rebuilt behind the user's back
+    with Memory.open(f"sqlite:///{path}", repair_projection=True) as mem:
         report = mem.open_report
         assert report is not None and not report.ok
         assert [d.key.subject for d in report.differences] == ["u2"]
         assert "version_ids" in report.differences[0].fields
-        assert mem.reconcile().ok  # rebuilt from the log on open
+        assert mem.reconcile().ok  # rebuilt from the log, as asked
+    Memory.open(f"sqlite:///{path}").close()
 
 
 def test_a_second_process_makes_the_first_stale_until_it_catches_up(tmp_path: Path) -> None:

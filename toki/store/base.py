@@ -17,7 +17,7 @@ from toki.log import Event, event_from_record
 from toki.model import FactKey
 from toki.replay import KeySummary
 
-__all__ = ["EventStore", "Plan", "open_store"]
+__all__ = ["ALL_SEQS", "EventStore", "Plan", "open_store", "sqlite_path"]
 
 Plan = Callable[[Sequence[Event], int], tuple[Sequence[Event], Mapping[FactKey, KeySummary]]]
 """A write's decision: (its partition's events, base seq) → (events to append, projection rows).
@@ -84,10 +84,7 @@ def open_store(url: str) -> EventStore:
     if url.startswith("sqlite://"):
         from toki.store.sqlite import SQLiteStore
 
-        path = url[len("sqlite://") :]
-        if path.startswith("/"):
-            path = path[1:] if path.startswith("//") else path
-        return SQLiteStore(path or ":memory:")
+        return SQLiteStore(sqlite_path(url))
     if url.startswith(("postgresql://", "postgres://")):
         try:
             from toki.store.postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
@@ -100,16 +97,46 @@ def open_store(url: str) -> EventStore:
     )
 
 
+def sqlite_path(url: str) -> str:
+    """The file of a 'sqlite://' URL, by the usual convention (SQLAlchemy's): three slashes
+    and a relative path ('sqlite:///memory.db' is ./memory.db), four for an absolute one
+    ('sqlite:////var/toki.db'); 'sqlite://' or 'sqlite:///:memory:' is an in-memory file."""
+    rest = url[len("sqlite://") :]
+    if rest in ("", "/", "/:memory:"):
+        return ":memory:"
+    if not rest.startswith("/"):
+        raise StoreError(
+            f"url: {url!r} has no path (use 'sqlite:///relative.db' or 'sqlite:////abs/path.db')"
+        )
+    return rest[1:]
+
+
+ALL_SEQS = -(2**62)
+"""`load(ALL_SEQS)` returns every stored event, those with a seq at or below 0 too (a log
+that holds such a row was tampered with; the chain check names it)."""
+
 EVENT_COLUMNS = "seq, key_seq, kind, payload, payload_hash, event_id"
 """The columns of an event row, in the order `events_from_rows` reads them."""
 
+LOG_COLUMNS = EVENT_COLUMNS + ", chain"
+"""An event row with its stored chain link (toki.chain)."""
+
+_NAMES = EVENT_COLUMNS.split(", ")
+_NAMES_CHAIN = LOG_COLUMNS.split(", ")
+
 
 def events_from_rows(rows: Sequence[Sequence[object]], where: str) -> Iterator[Event]:
-    """Decode stored event rows (`EVENT_COLUMNS`); an unreadable row names its store and seq."""
+    """Decode stored event rows (`EVENT_COLUMNS`, or `LOG_COLUMNS` with the chain link); an
+    unreadable or altered row names its store and seq."""
     for row in rows:
-        record = dict(zip(EVENT_COLUMNS.split(", "), row, strict=True))
+        record = dict(zip(_NAMES if len(row) == len(_NAMES) else _NAMES_CHAIN, row, strict=True))
         try:
             yield event_from_record(record)
         except (KeyError, ValueError) as exc:
             seq = record["seq"]
             raise IntegrityError(f"{where}: event seq {seq} is unreadable: {exc}") from exc
+        except IntegrityError as exc:
+            raise IntegrityError(
+                f"{where}: {exc} (the row was changed outside toki; run `toki verify URL` "
+                "and restore the store from a backup taken before it)"
+            ) from exc

@@ -26,13 +26,14 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.types.range import Range
 
-from toki.canonical import canonical_json
+from toki.canonical import canonical_json, digest
+from toki.chain import GENESIS, link
 from toki.errors import ConstraintViolation, IntegrityError, StoreError, WriteConflict
 from toki.isolation import Isolation
-from toki.log import Event, EventKind, chain_link
+from toki.log import Event, EventKind
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store.base import EVENT_COLUMNS, Plan, events_from_rows
+from toki.store.base import EVENT_COLUMNS, LOG_COLUMNS, Plan, events_from_rows
 from toki.time import format_instant, parse_instant
 
 __all__ = ["DEFAULT_DSN", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStore", "default_dsn"]
@@ -218,7 +219,26 @@ def _migration_2(cur: psycopg.Cursor[Any]) -> None:
     cur.execute(_M2)
 
 
-MIGRATIONS = (_migration_1, _migration_2)
+_M3 = """
+ALTER TABLE toki_adjudicated ADD COLUMN IF NOT EXISTS value_digest text;
+UPDATE toki_adjudicated
+    SET value_digest = encode(sha256(convert_to(value_json, 'UTF8')), 'hex');
+ALTER TABLE toki_adjudicated ALTER COLUMN value_digest SET NOT NULL;
+ALTER TABLE toki_adjudicated DROP CONSTRAINT IF EXISTS toki_adjudicated_no_contradiction;
+ALTER TABLE toki_adjudicated ADD CONSTRAINT toki_adjudicated_no_contradiction EXCLUDE USING gist (
+    tenant WITH =, subject WITH =, scope_kind WITH =, scope_key WITH =, fact_key WITH =,
+    valid_during WITH &&, value_digest WITH <>
+);
+"""
+
+
+def _migration_3(cur: psycopg.Cursor[Any]) -> None:
+    """The EXCLUDE constraint compares a sha256 of the value, not the value: a gist index
+    row holds at most 8,191 bytes, so large values were refused on PostgreSQL only."""
+    cur.execute(_M3)
+
+
+MIGRATIONS = (_migration_1, _migration_2, _migration_3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -385,9 +405,11 @@ class PostgresStore:
     ) -> None:
         with self._locked(), self._conn.cursor() as cur:
             if events:
-                with cur.copy(f"COPY toki_event ({_EVENT_COLS}) FROM STDIN") as copy:
+                _, prev = self._last_link(cur)
+                with cur.copy(f"COPY toki_event ({_EVENT_COLS}, chain) FROM STDIN") as copy:
                     for e in events:
-                        copy.write_row(_event_row(e))
+                        prev = link(prev, e)
+                        copy.write_row((*_event_row(e), prev))
                 self._insert_versions(cur, events, sequenced=True)
             if replace:
                 cur.execute("DELETE FROM toki_adjudicated")
@@ -405,34 +427,7 @@ class PostgresStore:
                         [list(c) for c in cols],
                     )
             if summaries:
-                cur.executemany(
-                    "INSERT INTO toki_current VALUES (%s,%s,%s,%s,%s,%s,%s::text[],%s,%s)",
-                    [
-                        (
-                            *_key_row(k),
-                            s.value_hash,
-                            list(s.version_ids),
-                            s.open_conflicts,
-                            s.open_intervals,
-                        )
-                        for k, s in summaries.items()
-                    ],
-                )
-                segments = [
-                    (*_key_row(k), i, vid, _jsonb(value), value, start, end)
-                    for k, s in summaries.items()
-                    for i, (vid, value, start, end) in enumerate(s.segments)
-                ]
-                if segments:
-                    try:
-                        with self._conn.transaction():  # a savepoint: name the key on failure
-                            cur.executemany(
-                                "INSERT INTO toki_adjudicated VALUES (%s,%s,%s,%s,%s,%s,%s,"
-                                "%s::jsonb,%s,tstzrange(%s,%s,'[)'))",
-                                segments,
-                            )
-                    except pg_errors.ExclusionViolation as exc:
-                        raise ConstraintViolation(_overlap_message(summaries, exc)) from exc
+                self._insert_summaries(cur, summaries)
             cur.execute(
                 "UPDATE toki_meta SET value = %s WHERE name = 'watermark'", (str(watermark),)
             )
@@ -575,8 +570,8 @@ class PostgresStore:
                 for k, s in summaries.items()
             ],
         )
-        segments = [
-            (*_key_row(k), i, vid, _jsonb(value), value, start, end)
+        segments = [  # the EXCLUDE constraint compares value_digest (any value size fits)
+            (*_key_row(k), i, vid, _jsonb(value), value, start, end, digest(value, 64))
             for k, s in summaries.items()
             for i, (vid, value, start, end) in enumerate(s.segments)
         ]
@@ -584,8 +579,10 @@ class PostgresStore:
             try:
                 with cur.connection.transaction():  # a savepoint: name the key on failure
                     cur.executemany(
-                        "INSERT INTO toki_adjudicated VALUES (%s,%s,%s,%s,%s,%s,%s,"
-                        "%s::jsonb,%s,tstzrange(%s,%s,'[)'))",
+                        "INSERT INTO toki_adjudicated (tenant, subject, scope_kind, scope_key, "
+                        "fact_key, ord, version_id, value, value_json, valid_during, "
+                        "value_digest) VALUES (%s,%s,%s,%s,%s,%s,%s,%s::jsonb,%s,"
+                        "tstzrange(%s,%s,'[)'),%s)",
                         segments,
                     )
             except pg_errors.ExclusionViolation as exc:
@@ -607,20 +604,18 @@ class PostgresStore:
                 ).fetchall()
                 if not rows:
                     return 0
-                last = cur.execute(
-                    "SELECT seq, coalesce(chain, '') FROM toki_event ORDER BY seq DESC LIMIT 1"
-                ).fetchone()
-                seq, prev = (int(last[0]), str(last[1])) if last else (0, "")
+                seq, prev = self._last_link(cur)
                 events = []
                 links = []
                 for e in events_from_rows(rows, self.url):
                     seq += 1
-                    prev = chain_link(prev, seq, e.event_id, e.payload_hash)
-                    events.append(dataclasses.replace(e, seq=seq))
+                    e = dataclasses.replace(e, seq=seq)
+                    prev = link(prev, e)
+                    events.append(e)
                     links.append(prev)
                 with cur.copy(f"COPY toki_event ({_EVENT_COLS}, chain) FROM STDIN") as copy:
-                    for e, link in zip(events, links, strict=True):
-                        copy.write_row((*_event_row(e), link))
+                    for e, chained in zip(events, links, strict=True):
+                        copy.write_row((*_event_row(e), chained))
                 cur.execute(
                     "DELETE FROM toki_pending WHERE event_id = ANY(%s)",
                     ([e.event_id for e in events],),
@@ -656,9 +651,7 @@ class PostgresStore:
             conn = self._live()
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                rows = cur.execute(
-                    f"SELECT {EVENT_COLUMNS} FROM toki_event ORDER BY seq"
-                ).fetchall()
+                rows = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
                 pending = cur.execute(
                     "SELECT 0, key_seq, kind, payload, payload_hash, event_id FROM toki_pending "
                     f"ORDER BY tick, {_KEY_COLS}, key_seq"
@@ -671,12 +664,36 @@ class PostgresStore:
             projection,
         )
 
+    def _last_link(self, cur: psycopg.Cursor[Any]) -> tuple[int, str]:
+        """(seq, chain link) of the last logged event: new links continue from it."""
+        last = cur.execute("SELECT seq, chain FROM toki_event ORDER BY seq DESC LIMIT 1").fetchone()
+        if last is None:
+            return 0, GENESIS
+        if last[1] is None:
+            raise IntegrityError(
+                f"{self.url}: event seq {last[0]} has no chain link: the log was written by an "
+                "earlier toki and is not chained yet (open it with Memory once, which chains "
+                "it and records that as a CHAIN event)"
+            )
+        return int(last[0]), str(last[1])
+
+    def set_links(self, links: Sequence[tuple[int, str]]) -> None:
+        """The one-time migration of an unchained log: store the links of events that have
+        none (the append-only trigger is disabled for this statement only, in one transaction)."""
+        with self._locked(), self._errors(), self._conn.cursor() as cur:
+            cur.execute("ALTER TABLE toki_event DISABLE TRIGGER toki_event_append_only")
+            cur.executemany(
+                "UPDATE toki_event SET chain = %s WHERE seq = %s AND chain IS NULL",
+                [(link_, seq) for seq, link_ in links],
+            )
+            cur.execute("ALTER TABLE toki_event ENABLE TRIGGER toki_event_append_only")
+
     def load(self, after_seq: int = 0) -> Iterator[Event]:
         with self._lock, self._errors():
             rows = (
                 self._live()
                 .execute(
-                    f"SELECT {EVENT_COLUMNS} FROM toki_event WHERE seq > %s ORDER BY seq",
+                    f"SELECT {LOG_COLUMNS} FROM toki_event WHERE seq > %s ORDER BY seq",
                     (after_seq,),
                 )
                 .fetchall()

@@ -16,16 +16,24 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
 from toki.canonical import canonical_json
-from toki.errors import ConstraintViolation, StoreError
+from toki.chain import GENESIS, link
+from toki.errors import ConstraintViolation, IntegrityError, StoreBusy, StoreError
 from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store.base import EVENT_COLUMNS, Plan, events_from_rows
+from toki.store.base import ALL_SEQS, EVENT_COLUMNS, LOG_COLUMNS, Plan, events_from_rows
+from toki.time import format_instant, parse_instant
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: events and projection; 2: each event's chain link (toki.chain; NULL before it)."""
+
+_NO_UPDATE = (
+    "CREATE TRIGGER IF NOT EXISTS toki_event_no_update BEFORE UPDATE ON toki_event\n"
+    "BEGIN SELECT RAISE(ABORT, 'toki_event is append-only: UPDATE is not allowed'); END"
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS toki_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -38,11 +46,11 @@ CREATE TABLE IF NOT EXISTS toki_event (
     payload      TEXT NOT NULL,
     payload_hash TEXT NOT NULL,
     event_id     TEXT NOT NULL UNIQUE,
+    chain        TEXT,
     UNIQUE (fact_key, key_seq)
 );
 CREATE INDEX IF NOT EXISTS toki_event_recorded ON toki_event (recorded_at);
-CREATE TRIGGER IF NOT EXISTS toki_event_no_update BEFORE UPDATE ON toki_event
-BEGIN SELECT RAISE(ABORT, 'toki_event is append-only: UPDATE is not allowed'); END;
+{no_update};
 CREATE TRIGGER IF NOT EXISTS toki_event_no_delete BEFORE DELETE ON toki_event
 BEGIN SELECT RAISE(ABORT, 'toki_event is append-only: DELETE is not allowed'); END;
 CREATE TABLE IF NOT EXISTS toki_current (
@@ -53,14 +61,17 @@ CREATE TABLE IF NOT EXISTS toki_current (
     open_intervals INTEGER NOT NULL,
     segments       TEXT NOT NULL DEFAULT '[]'
 );
-"""
+""".replace("{no_update}", _NO_UPDATE)
 
 
-INSERT_EVENT = "INSERT INTO toki_event VALUES (?,?,?,?,?,?,?,?)"
+INSERT_EVENT = (
+    "INSERT INTO toki_event (seq, key_seq, kind, fact_key, recorded_at, payload, payload_hash, "
+    "event_id, chain) VALUES (?,?,?,?,?,?,?,?,?)"
+)
 
 
-def event_row(e: Event) -> tuple[object, ...]:
-    """An event as a `toki_event` row (the columns of `_SCHEMA`, in order)."""
+def event_row(e: Event, link: str | None = None) -> tuple[object, ...]:
+    """An event as a `toki_event` row (the columns of `INSERT_EVENT`, in order)."""
     return (
         e.seq,
         e.key_seq,
@@ -70,24 +81,41 @@ def event_row(e: Event) -> tuple[object, ...]:
         e.payload,
         e.payload_hash,
         e.event_id,
+        link,
     )
 
 
 class SQLiteStore:
     """Durable events and projection in one SQLite file."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
+        self.busy_timeout = busy_timeout
+        self._lock = threading.RLock()
+        self._depth = 0
         try:
             self._conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
             )
         except sqlite3.Error as exc:
             raise StoreError(f"url: cannot open SQLite file {self.path!r}: {exc}") from exc
-        self._lock = threading.RLock()
-        self._depth = 0
+        try:
+            with self._errors():
+                self._init_schema()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _init_schema(self) -> None:
         conn = self._conn
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "toki_meta" not in tables:  # before any PRAGMA: leave the file untouched
+            raise StoreError(
+                f"url: {self.path} is a SQLite database but not a toki store (it has tables "
+                f"{', '.join(sorted(tables)[:5])} and no toki_meta); it was left untouched "
+                "(open a new file, or the toki store you meant)"
+            )
         if self.path != ":memory:":
             conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
@@ -105,6 +133,36 @@ class SQLiteStore:
                 f"url: {self.path} has schema version {row[0]}, newer than this toki "
                 f"({SCHEMA_VERSION}); upgrade toki"
             )
+        elif int(row[0]) < 2:  # the chain column; Memory chains the old events on open
+            conn.execute("BEGIN IMMEDIATE")
+            columns = {r[1] for r in conn.execute("PRAGMA table_info(toki_event)")}
+            if "chain" not in columns:
+                conn.execute("ALTER TABLE toki_event ADD COLUMN chain TEXT")
+            conn.execute("UPDATE toki_meta SET value='2' WHERE name='schema_version'")
+            conn.execute("COMMIT")
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Map driver errors onto toki's hierarchy, naming the file."""
+        try:
+            yield
+        except sqlite3.IntegrityError as exc:
+            raise ConstraintViolation(
+                f"{self.path}: the database refused the write ({exc}); nothing of it was kept"
+            ) from exc
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StoreBusy(
+                    f"{self.path}: another connection held the write lock for longer than the "
+                    f"busy timeout ({self.busy_timeout:g} s); nothing was written (retry, or "
+                    "open with a longer busy_timeout)"
+                ) from exc
+            raise StoreError(f"{self.path}: SQLite failed: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"url: {self.path} cannot be used as a SQLite database ({exc}); "
+                "it was left untouched"
+            ) from exc
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -128,10 +186,8 @@ class SQLiteStore:
                 self._depth -= 1
 
     def _run(self, statement: str) -> None:
-        try:
+        with self._errors():
             self._conn.execute(statement)
-        except sqlite3.Error as exc:
-            raise StoreError(f"url: {self.path}: {statement} failed: {exc}") from exc
 
     def write_lock(self) -> AbstractContextManager[None]:
         return self._locked()
@@ -139,7 +195,7 @@ class SQLiteStore:
     def transact(self, keys: frozenset[FactKey], level: Isolation, plan: Plan) -> int:
         """One writer (BEGIN IMMEDIATE is SQLite's serialisation; `level` is not needed):
         read the partition, plan, append, commit; a failure anywhere rolls everything back."""
-        with self._locked():
+        with self._locked(), self._errors():
             texts = sorted(_key_text(k) for k in keys)
             rows = self._conn.execute(
                 f"SELECT {EVENT_COLUMNS} FROM toki_event WHERE fact_key IN "
@@ -160,7 +216,7 @@ class SQLiteStore:
         with self._lock:
             self._run("BEGIN")
             try:
-                events = list(self.load(0))
+                events = list(self.load(ALL_SEQS))
                 watermark, projection = self.load_projection()
             finally:
                 self._conn.execute("COMMIT")
@@ -174,8 +230,9 @@ class SQLiteStore:
         *,
         replace: bool = False,
     ) -> None:
-        with self._locked(), _mapped(self.path):
-            self._conn.executemany(INSERT_EVENT, [event_row(e) for e in events])
+        with self._locked(), self._errors():
+            if events:
+                self._conn.executemany(INSERT_EVENT, self._linked(events))
             if replace:
                 self._conn.execute("DELETE FROM toki_current")
             self._conn.executemany(
@@ -196,27 +253,56 @@ class SQLiteStore:
                 "UPDATE toki_meta SET value=? WHERE name='watermark'", (str(watermark),)
             )
 
+    def _linked(self, events: Sequence[Event]) -> list[tuple[object, ...]]:
+        """Rows with their chain links, continuing from the last stored event's link."""
+        last = self._conn.execute(
+            "SELECT seq, chain FROM toki_event ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        prev = GENESIS if last is None else last[1]
+        if prev is None:
+            raise IntegrityError(
+                f"{self.path}: event seq {last[0]} has no chain link: the log was written by "
+                "an earlier toki and is not chained yet (open it with Memory.open once, which "
+                "chains it and records that as a CHAIN event)"
+            )
+        rows = []
+        for e in events:
+            prev = link(prev, e)
+            rows.append(event_row(e, prev))
+        return rows
+
+    def set_links(self, links: Sequence[tuple[int, str]]) -> None:
+        """The one-time migration of an unchained log: store the links of events that have
+        none (the append-only trigger is lifted for this statement only, in one transaction)."""
+        with self._locked(), self._errors():
+            self._conn.execute("DROP TRIGGER toki_event_no_update")
+            self._conn.executemany(
+                "UPDATE toki_event SET chain = ? WHERE seq = ? AND chain IS NULL",
+                [(link_, seq) for seq, link_ in links],
+            )
+            self._conn.execute(_NO_UPDATE)
+
     def load(self, after_seq: int = 0) -> Iterator[Event]:
-        with self._lock:
+        with self._lock, self._errors():
             rows = self._conn.execute(
-                f"SELECT {EVENT_COLUMNS} FROM toki_event WHERE seq > ? ORDER BY seq",
+                f"SELECT {LOG_COLUMNS} FROM toki_event WHERE seq > ? ORDER BY seq",
                 (after_seq,),
             ).fetchall()
         return events_from_rows(rows, str(self.path))
 
     def last_seq(self) -> int:
-        with self._lock:
+        with self._lock, self._errors():
             row = self._conn.execute("SELECT coalesce(max(seq), 0) FROM toki_event").fetchone()
         return int(row[0])
 
     def load_projection(self) -> tuple[int, dict[FactKey, KeySummary]]:
-        with self._lock:
+        with self._lock, self._errors():
             wm = self._conn.execute("SELECT value FROM toki_meta WHERE name='watermark'").fetchone()
             rows = self._conn.execute("SELECT * FROM toki_current").fetchall()
         out = {}
         for key_text, value_hash, version_ids, conflicts, intervals, segments in rows:
             key = FactKey.from_json(json.loads(key_text))
-            segs = tuple(tuple(seg) for seg in json.loads(segments))
+            segs = tuple((a, b, _bound(c), _bound(d)) for a, b, c, d in json.loads(segments))
             out[key] = KeySummary(
                 value_hash,
                 tuple(json.loads(version_ids)),
@@ -236,15 +322,11 @@ class SQLiteStore:
             self._conn.close()
 
 
-@contextmanager
-def _mapped(path: str) -> Iterator[None]:
-    """sqlite3 errors as toki errors naming the file (the transaction is rolled back)."""
-    try:
-        yield
-    except sqlite3.IntegrityError as exc:
-        raise ConstraintViolation(f"{path}: {exc}; nothing was written") from exc
-    except sqlite3.Error as exc:
-        raise StoreError(f"url: {path}: {exc}; nothing was written") from exc
+def _bound(text: str | None) -> str | None:
+    """A stored segment bound in today's canonical form (years before 1000 were unpadded)."""
+    if text is None or (len(text) >= 20 and text[4] == "-"):
+        return text
+    return format_instant(parse_instant(text, "segment bound"))
 
 
 @functools.lru_cache(maxsize=65536)
