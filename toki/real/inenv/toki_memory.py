@@ -153,9 +153,10 @@ class GatedStore:
         return 0
 
     def load_state(self) -> tuple[list[Event], list[Event], int, dict[FactKey, KeySummary]]:
-        events = list(self.load(0))
-        watermark, projection = self.load_projection()
-        return events, [], watermark, projection
+        """One gate point: the real store reads the log and the projection in one read
+        transaction, so no other step can fall between them."""
+        self._gate("load_state", ["events", "projection"], [])
+        return self.inner.load_state()
 
     def load(self, after_seq: int = 0) -> Iterator[Event]:
         self._gate("load", ["events"], [], {"after": after_seq})
