@@ -28,11 +28,13 @@ def toki(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 
 def test_run_prints_the_promised_json_and_writes_only_into_out(tmp_path: Path) -> None:
+    """mem0 1.0.11's lost decision (two ADDs after both read Bob) as the CLI reports it: the
+    JSON fields, the witness written into --out only, and its replay on the real code."""
     out = tmp_path / "out"
     done = toki(
         "real",
         "run",
-        "toki-memory",
+        "mem0-1.0.11",
         "--workload",
         "manager",
         "--strategy",
@@ -50,13 +52,13 @@ def test_run_prints_the_promised_json_and_writes_only_into_out(tmp_path: Path) -
     data = json.loads(done.stdout)
     for key in ("system", "version", "schedules", "exhausted", "anomalies", "witnesses"):
         assert key in data
-    assert data["system"] == "toki-memory" and data["exhausted"] is True
+    assert data["system"] == "mem0-1.0.11" and data["exhausted"] is True
     assert set(data["anomalies"]) == {"N1", "RD", "N2", "N3"}
-    assert data["anomalies"]["RD"] > 0 and data["witnesses"]["RD"].startswith(str(out))
-    assert sorted(p.name for p in out.iterdir()) == ["toki-memory-RD.json"]
-    replay = toki("real", "replay", data["witnesses"]["RD"])
+    assert data["anomalies"]["N2"] > 0 and data["witnesses"]["N2"].startswith(str(out))
+    assert sorted(p.name for p in out.iterdir()) == ["mem0-1.0.11-N2.json"]
+    replay = toki("real", "replay", data["witnesses"]["N2"])
     assert replay.returncode == 0, replay.stderr
-    assert "reproduced: True" in replay.stdout and "store.append" in replay.stdout
+    assert "reproduced: True" in replay.stdout and "llm.decide" in replay.stdout
 
 
 def test_a_missing_environment_is_one_line_naming_the_setup_command(tmp_path: Path) -> None:

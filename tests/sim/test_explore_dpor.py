@@ -44,20 +44,32 @@ RC, RR, SI, SER = (
 )
 
 
-def compare(prog: Program, budget: int = 50_000, *, skip_big: bool = False) -> tuple[Any, Any]:
-    """Explore exhaustively and with DPOR; assert everything DPOR promises; return both."""
+def compare(
+    prog: Program, budget: int = 50_000, *, skip_big: bool = False, optimal: bool = True
+) -> tuple[Any, Any]:
+    """Explore exhaustively and with DPOR; assert everything DPOR promises; return both.
+
+    Not optimal at SERIALIZABLE (`optimal=False`, implied there): a step's SSI-group footprint grows with the dependent steps
+    before it, so a wakeup-tree entry may carry a larger footprint than the step has where it
+    runs, and a run can end sleep-set blocked (abandoned: its class was explored elsewhere).
+    Completeness and one schedule per class are still required."""
+    optimal = optimal and Execution(prog).level != SER
     full = explore(prog, BoundedDFS(track=True), budget=budget)
     if skip_big:
         assume(full.complete)
     assert full.complete
     dpor = explore(prog, DPOR(), budget=budget)
     assert dpor.complete
-    assert dpor.notes == ()  # no sleep-set-blocked runs, no wakeup-tree surprises
+    notes = dict(dpor.notes)
+    if not optimal:
+        notes.pop("dpor_sleep_blocked", None)
+    assert notes == {}  # no sleep-set-blocked runs, no wakeup-tree surprises
     assert dpor.finals == full.finals
     full_classes = {trace_class(r) for r in full.runs}
     dpor_classes = [trace_class(r) for r in dpor.runs]
     assert set(dpor_classes) == full_classes
-    assert len(dpor_classes) == len(set(dpor_classes))  # optimal: never a class twice
+    if optimal:
+        assert len(dpor_classes) == len(set(dpor_classes))  # optimal: never a class twice
     return full, dpor
 
 
@@ -207,7 +219,7 @@ def test_dpor_matches_exhaustive_on_random_programs_with_crashes(prog: Program) 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(crashes=False, levels=(SER,)))
 def test_dpor_matches_exhaustive_on_random_serializable_programs(prog: Program) -> None:
-    compare(prog, budget=3_000, skip_big=True)
+    compare(prog, budget=3_000, skip_big=True, optimal=False)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -215,7 +227,7 @@ def test_dpor_matches_exhaustive_on_random_serializable_programs(prog: Program) 
 def test_dpor_matches_exhaustive_on_random_serializable_programs_with_crashes(
     prog: Program,
 ) -> None:
-    compare(prog, budget=3_000, skip_big=True)
+    compare(prog, budget=3_000, skip_big=True, optimal=False)
 
 
 def _run(prog: Program, choices: list[int]) -> Execution:

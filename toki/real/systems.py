@@ -83,6 +83,8 @@ SYSTEMS: dict[str, RealSystem] = {
             "the judge: every question Memory.write asks (EWM's score)",
         ),
         simplified=("claims' valid and recording times are the workload's day and tick numbers",),
+        crashes="an agent's thread dies of an exception raised at its gate point (its with "
+        "blocks release Memory's writer lock); the other threads and the store live on",
     ),
     "toki-sqlite": RealSystem(
         name="toki-sqlite",

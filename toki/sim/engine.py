@@ -295,7 +295,7 @@ class Execution:
         kind = a.kind
         if self.track:
             fp = self.footprint(a, step, kind)
-            alt = self.crash_footprint(a) if self.crash_budget else None
+            alt = self._widen(self.crash_footprint(a)) if self.crash_budget else None
             self._record(a.index, fp, alt, a.enabler)
         else:
             self.pids.append(a.index)
@@ -437,7 +437,7 @@ class Execution:
     def _crash(self, a: _AgentState) -> None:
         if self.track:
             fp = self.crash_footprint(a)
-            alt = None if a.pending is None else self.footprint(a, a.pending, a.kind)
+            alt = None if a.pending is None else self._widen(self.footprint(a, a.pending, a.kind))
             self._record(self.n + a.index, fp, alt, -1)
         else:
             self.pids.append(self.n + a.index)
@@ -605,6 +605,16 @@ class Execution:
             writes=frozenset(writes),
         )
 
+    def _widen(self, fp: Footprint) -> Footprint:
+        """An alternative footprint (`alts`) for DPOR to place later in a reversed race.
+
+        It is computed here but runs after the independent steps that DPOR moves before it;
+        at SERIALIZABLE those may grow its SSI group, so any group becomes every group."""
+        if self.ssi is None or not any(r[0] == "ssi" for r in fp.writes):
+            return fp
+        writes = frozenset(r for r in fp.writes if r[0] != "ssi") | {_SSI_ALL}
+        return Footprint(fp.kind, fp.agent, fp.txn, fp.reads, fp.shares, writes)
+
     def crash_footprint(self, a: _AgentState) -> Footprint:
         """Crashing `a`: its generator and crash count, and the rollback of its transaction."""
         writes: set[Resource] = {("agent", a.index)}
@@ -637,13 +647,23 @@ class _SsiGroups:
     groups of every transaction of *another* agent it could gain an edge with (a read of k:
     those that wrote k; a write of k: those that read k or ran a predicate statement; an
     agent's earlier transactions ended before this one began, so they are never concurrent
-    with it); a predicate statement (select, update/delete where) joins everything. Groups
+    with it); a predicate statement (select, update/delete where) joins every transaction
+    that has run a statement, and an update/delete where is a writer of every key. Groups
     only grow, so a step's group is an upper bound of its transaction's component in the
     store's graph. A step's footprint writes ("ssi", node) for every node of the groups it
     touches; steps of disjoint groups commute.
     """
 
-    __slots__ = ("count", "current", "parent", "predicates", "readers", "writers")
+    __slots__ = (
+        "active",
+        "count",
+        "current",
+        "parent",
+        "predicates",
+        "readers",
+        "scanners",
+        "writers",
+    )
 
     def __init__(self, n: int) -> None:
         self.count = [0] * n  # transactions begun so far, per agent
@@ -652,6 +672,8 @@ class _SsiGroups:
         self.readers: dict[Hashable, set[tuple[int, int]]] = {}  # key -> nodes that read it
         self.writers: dict[Hashable, set[tuple[int, int]]] = {}  # key -> nodes that wrote it
         self.predicates: set[tuple[int, int]] = set()  # nodes that ran a predicate statement
+        self.scanners: set[tuple[int, int]] = set()  # nodes that ran update/delete where
+        self.active: set[tuple[int, int]] = set()  # nodes that ran at least one statement
 
     def begin(self, agent: int) -> None:
         self.count[agent] += 1
@@ -669,7 +691,7 @@ class _SsiGroups:
     def _partners(self, agent: int, step: Any, kind: int) -> set[tuple[int, int]] | None:
         """Other agents' transactions the step may gain an rw-edge with (None: any)."""
         if kind == _READ:
-            found = self.writers.get(step.key, ())
+            found = self.writers.get(step.key, set()) | self.scanners
         elif kind in (_WRITE, _DELETE):
             found = self.readers.get(step.key, set()) | self.predicates
         elif kind in (_SELECT, _UPDATE, _DELETE_WHERE):
@@ -690,12 +712,17 @@ class _SsiGroups:
         me = self.current[agent]
         partners = self._partners(agent, step, kind)
         if partners is None:
-            partners = set(self.parent)
+            # a transaction that has run no statement has no snapshot and no edges yet (its
+            # begin commutes with this step): it joins later through readers/writers/predicates
+            partners = set(self.active)
             self.predicates.add(me)
+            if kind != _SELECT:
+                self.scanners.add(me)  # it may write any key: a later reader of it gains an edge
         elif kind == _READ:
             self.readers.setdefault(step.key, set()).add(me)
         elif kind in (_WRITE, _DELETE):
             self.writers.setdefault(step.key, set()).add(me)
+        self.active.add(me)
         root = self._root(me)
         for p in partners:
             self.parent[self._root(p)] = root

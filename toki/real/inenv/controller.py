@@ -10,6 +10,10 @@ into `asyncio.to_thread` and into thread pools that copy contexts); code outside
 (building the instance, observing it) passes every gate without stopping. A crashed agent is
 abandoned where it is parked; when the run is discarded its thread is woken with `Abandoned`
 (a BaseException, so the library's `except Exception` handlers let it through) and joined.
+An agent of an in-process deployment can instead be crashed by unwinding (`crash(...,
+unwind=True)`): `Abandoned` is raised at its gate point at once, so its `with` blocks and
+`finally` clauses run (the locks it holds are released, as when a thread of a live process
+dies of an exception), and the host waits for its thread to end.
 
 Asynchronous libraries (`agate`, `start(..., is_async=True)`): the unit is (agent, task). The
 agent's thread runs an event loop; a coroutine that reaches `agate` parks (awaits a future)
@@ -105,6 +109,8 @@ class Controller:
         self._done: dict[int, Any] = {}
         self._threads: list[threading.Thread] = []
         self._dead: list[_Slot] = []
+        self._by_agent: dict[int, threading.Thread] = {}
+        self._unwinding: set[int] = set()  # agents crashed by unwinding: no gate parks them
         self._generation = 0
         self.seed = 0
         self.clock_ticks = 0
@@ -126,7 +132,7 @@ class Controller:
         agent = CURRENT.get()
         if agent is None:
             return None
-        if _GENERATION.get() != self._generation:
+        if _GENERATION.get() != self._generation or agent in self._unwinding:
             raise Abandoned()
         point = {
             "agent": agent,
@@ -240,6 +246,7 @@ class Controller:
 
         thread = threading.Thread(target=run, name=f"toki-agent-{agent}", daemon=True)
         self._threads.append(thread)
+        self._by_agent[agent] = thread
         thread.start()
         return self._wait(agent)
 
@@ -266,15 +273,32 @@ class Controller:
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self._watch, agent, loop)
 
-    def crash(self, agent: int) -> bool:
+    def crash(self, agent: int, *, unwind: bool = False) -> bool:
         """Abandon agent `agent` (every task of it) where it is parked; False when it had
-        already finished."""
+        already finished. With `unwind` (threads only), raise `Abandoned` at its gate point
+        and wait until its thread has ended."""
         with self._cond:
             slots = self._slots.pop(agent, None)
             self._quiet.discard(agent)
+            if slots and unwind:
+                self._unwinding.add(agent)
         if not slots:
             return False
-        self._dead.extend(slots.values())
+        if not unwind:
+            self._dead.extend(slots.values())
+            return True
+        if agent in self._async:
+            raise RuntimeError("crash by unwinding is for thread agents, not async ones")
+        for slot in slots.values():
+            slot.wake(abandon=True)
+        thread = self._by_agent.get(agent)
+        if thread is not None:
+            thread.join(timeout=self.timeout)
+            if thread.is_alive():
+                raise GateTimeout(
+                    f"agent {agent} did not end within {self.timeout:g} s of being crashed "
+                    "by unwinding: it is blocked on something a parked agent holds"
+                )
         return True
 
     def reset(self, seed: int) -> None:
@@ -290,6 +314,8 @@ class Controller:
             self._watching.clear()
             self._done.clear()
             self._dead = []
+            self._unwinding.clear()
+            self._by_agent.clear()
         for slot in slots:
             slot.wake(abandon=True)
         for thread in self._threads:

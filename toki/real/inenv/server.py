@@ -90,7 +90,8 @@ class Worker:
             return state
         if op == "crash":
             agent = int(req["agent"])
-            crashed = ctl.crash(agent)
+            unwind = bool(getattr(self.adapter, "crash_unwinds", False))
+            crashed = ctl.crash(agent, unwind=unwind)
             if crashed:
                 self.adapter.on_crash(agent)
             return {"crashed": crashed}

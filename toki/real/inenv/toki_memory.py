@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
@@ -70,6 +71,26 @@ def claim_of(c: Mapping[str, Any]) -> Claim:
     )
 
 
+class GatedWriter:
+    """Memory's in-process writer lock as a gate point: a thread waiting for it must be
+    parked by the explorer, not blocked where the controller cannot see it."""
+
+    def __init__(self, gated: GatedStore) -> None:
+        self.gated = gated
+        self._open = threading.local()
+
+    def __enter__(self) -> None:
+        cm = self.gated.write_lock()
+        cm.__enter__()
+        stack = getattr(self._open, "stack", None)
+        if stack is None:
+            stack = self._open.stack = []
+        stack.append(cm)
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return bool(self._open.stack.pop().__exit__(*exc))
+
+
 class GatedStore:
     """An EventStore whose every call is a gate point (then delegated)."""
 
@@ -82,7 +103,15 @@ class GatedStore:
         self.extra = list(extra)
         self.lock = lock
         self.url = inner.url
-        self.held = 0  # depth of our own write_lock()
+        self._depth = threading.local()  # per thread: depth of its own write_lock()
+
+    @property
+    def held(self) -> int:
+        return int(getattr(self._depth, "n", 0))
+
+    @held.setter
+    def held(self, n: int) -> None:
+        self._depth.n = n
 
     def _gate(
         self, name: str, reads: Sequence[str], writes: Sequence[str], detail: Any = None
@@ -254,6 +283,9 @@ class Adapter:
             extra = [("toki:instance", None)]
             store = GatedStore(self.inner, self.ctl, "memory", extra, None)
             self.shared = Memory(store, clock=clock)
+            # Memory serialises its writes under one in-process lock: gate it like a store lock
+            writer = GatedStore(self.inner, self.ctl, "memory", extra, "memory-writer")
+            self.shared._writer = GatedWriter(writer)  # type: ignore[assignment]
             self.judge = GatedJudge(self.ctl, extra)
         else:
             self.path = os.path.join(self.run_dir, "toki.db")
@@ -355,6 +387,13 @@ class Adapter:
             return out
         finally:
             mem.close()
+
+    @property
+    def crash_unwinds(self) -> bool:
+        """In-process agents are threads of one live process: a crashed one dies of an
+        exception at its gate point (its `with` blocks release Memory's writer lock), it is
+        not left parked holding it. Agents over SQLite are processes: abandoned."""
+        return self.variant == "memory"
 
     def on_crash(self, agent: int) -> None:
         """What a dead process leaves: its connection closed, its transaction rolled back.
