@@ -19,6 +19,7 @@ from toki.experiments.executors import run_tasks
 from toki.experiments.matrix import (
     COLUMNS,
     CellData,
+    _fmt,
     decide,
     detection_power,
     inherit_fault_free,
@@ -231,7 +232,19 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         assert main([*argv, "--out", str(out), "--config", str(CONFIG)]) == 0
-    return out, json.loads(buf.getvalue())
+    data = json.loads(buf.getvalue())
+    assert data["out"] == str(out) and str(out / "matrix.csv") in data["files"]
+    with open(out / "matrix.csv", newline="") as fh:
+        on_disk = list(csv.DictReader(fh))
+    # --json prints the same rows, numbers as numbers (null where nothing was measured),
+    # with the words the plain output shows beside each cell
+    as_csv = [{c: "" if r[c] is None else _fmt(r[c]) for c in COLUMNS} for r in data["rows"]]
+    assert as_csv == on_disk
+    for r in data["rows"]:
+        assert r["rate"] is None or isinstance(r["rate"], float)
+        assert isinstance(r["runs"], int) and r["summary"].startswith(r["verdict"])
+        assert r["reason"] or r["witness"]
+    return out, on_disk
 
 
 def test_csv_has_exactly_the_columns(small: tuple[Path, list[dict[str, str]]]) -> None:
@@ -239,8 +252,6 @@ def test_csv_has_exactly_the_columns(small: tuple[Path, list[dict[str, str]]]) -
     with open(out / "matrix.csv", newline="") as fh:
         reader = csv.DictReader(fh)
         assert tuple(reader.fieldnames or ()) == COLUMNS
-        on_disk = list(reader)
-    assert on_disk == rows  # --json prints the same rows
     config = load_config(CONFIG)
     assert {(r["system"], r["faults"], r["anomaly"]) for r in rows} == {
         (s, f, a)

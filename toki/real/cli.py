@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from toki.cli_input import at_least
 from toki.errors import InvalidInput, TokiError
 
 __all__ = ["REAL_SCENARIOS", "main", "make_real_workload", "parse_faults"]
@@ -143,10 +144,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     system = get_real_system(args.system)
     worker_python(system)  # a missing environment is one line, before anything else
     crash_budget = parse_faults(args.faults)
+    for name, value in (
+        ("--agents", args.agents),
+        ("--claims", args.claims),
+        ("--keys", args.keys),
+    ):
+        at_least(name, value, 1)
     workload = make_real_workload(args.workload, args.agents, args.claims, args.keys, args.seed)
     strategy = make_strategy(args.strategy, args.seed, args.depth, args.preemptions)
     if args.budget < 1:
         raise InvalidInput("--budget", f"{args.budget} < 1", "explore at least one schedule")
+    at_least("--preemptions", args.preemptions, 0)
+    at_least("--depth", args.depth, 1)
     if not 0.0 <= args.p <= 1.0:
         raise InvalidInput("--p", f"{args.p} is not a probability in [0, 1]")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="toki-real-"))
