@@ -45,7 +45,9 @@ def test_relay_reports_per_level_and_a_replayable_shortest_witness(
     from toki.sim import replay_schedule
     from toki.sim.relay import SEED_OUTBOX, relay_program
 
-    assert main(["relay", "--rows", "1", "--levels", "ru,rc", "--json", "--out", str(tmp_path)]) == 0
+    assert (
+        main(["relay", "--rows", "1", "--levels", "ru,rc", "--json", "--out", str(tmp_path)]) == 0
+    )
     ru, rc = json.loads(capsys.readouterr().out)
     assert (ru["level"], rc["level"]) == ("read_uncommitted", "read_committed")
     assert ru["complete"] and rc["complete"]
@@ -56,7 +58,8 @@ def test_relay_reports_per_level_and_a_replayable_shortest_witness(
     assert relay_verdict(dict(run.state)).details["phantom_rows"] == [0]
     # the shortest schedule is saved as a witness that toki replay re-runs
     assert rc["witness_file"] is None
-    saved = json.loads(open(ru["witness_file"]).read())
+    with open(ru["witness_file"]) as fh:
+        saved = json.load(fh)
     assert saved["format"] == "toki-relay-witness" and saved["schedule"] == ru["shortest_flagged"]
     assert main(["replay", ru["witness_file"], "--json"]) == 0
     replayed = json.loads(capsys.readouterr().out)

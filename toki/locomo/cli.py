@@ -65,8 +65,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     m = a.add_argument_group(
         "language model", "an OpenAI-compatible chat-completions endpoint (see docs/locomo.md)"
     )
-    m.add_argument("--answerer", choices=("extractive", "llm"), default="extractive")
-    m.add_argument("--extractor", choices=("rule", "llm"), default="rule")
+    m.add_argument(
+        "--answerer",
+        choices=("extractive", "llm"),
+        default="extractive",
+        help="who answers: %(choices)s (default extractive)",
+    )
+    m.add_argument(
+        "--extractor",
+        choices=("rule", "llm"),
+        default="rule",
+        help="who extracts typed facts: %(choices)s (default rule)",
+    )
     m.add_argument(
         "--judge",
         choices=("none", "llm"),
