@@ -326,6 +326,7 @@ def _print_explore(data: dict[str, Any], checked: bool) -> None:
 def _cmd_relay(args: argparse.Namespace) -> int:
     """Explore the seeds' outbox relay under scheduled failures and crashes, per level; the
     shortest schedule that loses or invents history is saved as a witness (toki replay)."""
+    import dataclasses
     from pathlib import Path
 
     from toki.check.relay import CAUSES, RelayWitness, explore_relay
@@ -356,13 +357,8 @@ def _cmd_relay(args: argparse.Namespace) -> int:
             witness = RelayWitness(
                 args.rows, level.value, tuple(summary["shortest_flagged"]), **settings
             )
-            _, verdict = witness.replay()
-            witness = RelayWitness(
-                **{
-                    **{f: getattr(witness, f) for f in RelayWitness.__dataclass_fields__},
-                    "details": dict(verdict.details),
-                }
-            )
+            _, verdict = witness.replay()  # what it loses or invents, kept in the file
+            witness = dataclasses.replace(witness, details=dict(verdict.details))
             report["witness_file"] = str(witness.save(folder / f"relay-{level.value}.json"))
         reports.append(report)
     if args.json:
