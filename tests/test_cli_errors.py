@@ -270,6 +270,20 @@ def test_an_unexpected_exception_is_one_line_and_exit_4(switch: str, tmp_path: P
         ]
 
 
+def test_an_os_error_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import toki.cli
+
+    def full(_: Any) -> int:
+        raise OSError(28, "No space left on device", "out/matrix.csv")
+
+    monkeypatch.setattr(toki.cli, "_cmd_demo", full)
+    assert main(["demo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["toki demo: error: [Errno 28] No space left on device: 'out/matrix.csv'"]
+
+
 def test_reproduce_refuses_an_unknown_part() -> None:
     proc = subprocess.run(
         [sys.executable, "scripts/reproduce.py", "--only", "proofs,nosuch"],

@@ -31,7 +31,8 @@ EXIT_CODES = {
     0: "success: the run finished and, where something was checked, nothing was found",
     1: "an anomaly was found (check, explore --check, relay --fail-on-flagged), a witness did "
     "not reproduce (replay), or a store changed (verify)",
-    2: "bad input or usage: one line on stderr names the option or file and the fix",
+    2: "bad input or usage: one line on stderr names the option or file and the fix (also a "
+    "file the machine refused to read or write)",
     3: "unknown: the check could not decide (check, e.g. an empty dependency graph)",
     4: "internal error: a bug in toki (one line; TOKI_TRACEBACK=1 or --traceback shows it)",
     130: "interrupted (Ctrl-C)",
@@ -234,12 +235,11 @@ def _write_explored_history(
     header names the system, workload and schedule, so `toki check` re-runs it exactly."""
     from toki.check.runner import make_strategy
     from toki.history import run_to_records, write_history
+    from toki.isolation import Isolation
     from toki.sim.explore import iter_runs, replay_schedule
     from toki.systems.base import SimJudge, build_program
 
     level = report.isolation
-    from toki.isolation import Isolation
-
     judge = SimJudge(args.p, args.seed)
     program = build_program(system, workload, level=Isolation(level), judge=judge)
     if report.witnesses:
@@ -263,35 +263,23 @@ def _write_explored_history(
     return write_history(path, header, run_to_records(run.history))
 
 
+#: explore's summary table: report field -> column header
+_EXPLORE_SUMMARY = {
+    "system": "system",
+    "isolation": "isolation",
+    "workload": "workload",
+    "strategy": "strategy",
+    "schedules": "schedules",
+    "distinct_states": "states",
+    "steps": "steps",
+    "seconds": "seconds",
+    "search": "search",
+}
+_EXPLORE_ANOMALIES = ["anomaly", "runs found", "runs checked", "undecided", "witness steps"]
+
+
 def _print_explore(data: dict[str, Any], checked: bool) -> None:
-    print(
-        table(
-            [
-                "system",
-                "isolation",
-                "workload",
-                "strategy",
-                "schedules",
-                "states",
-                "steps",
-                "seconds",
-                "search",
-            ],
-            [
-                [
-                    data["system"],
-                    data["isolation"],
-                    data["workload"],
-                    data["strategy"],
-                    data["schedules"],
-                    data["distinct_states"],
-                    data["steps"],
-                    data["seconds"],
-                    data["search"],
-                ]
-            ],
-        )
-    )
+    print(table(list(_EXPLORE_SUMMARY.values()), [[data[k] for k in _EXPLORE_SUMMARY]]))
     if checked:
         names = sorted(set(data["anomalies"]) | set(data["checked"]) | set(data["undecided"]))
         rows = [
@@ -306,19 +294,7 @@ def _print_explore(data: dict[str, Any], checked: bool) -> None:
             for name in names
         ]
         print()
-        print(
-            table(
-                [
-                    "anomaly",
-                    "runs found",
-                    "runs checked",
-                    "undecided",
-                    "witness steps",
-                    "witness file",
-                ],
-                rows,
-            )
-        )
+        print(table([*_EXPLORE_ANOMALIES, "witness file"], rows))
     if "history_file" in data:
         print(f"wrote the history of one run to {data['history_file']} (toki check reads it)")
 
@@ -1016,6 +992,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler: Handler = args.handler
         return handler(args)
     except TokiError as exc:
+        print(f"toki {command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the machine's, not toki's: a disk full, a file vanished
+        if show_traceback:
+            raise
         print(f"toki {command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
