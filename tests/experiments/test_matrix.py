@@ -330,13 +330,16 @@ def test_dask_gives_the_same_rows_as_local(
 @pytest.mark.slow
 def test_the_committed_verdict_matrix_is_what_the_code_produces(tmp_path: Path) -> None:
     """verdict_matrix/ is committed output: a change to a model, a checker or the engine that
-    moves a cell must come with the regenerated matrix (`make run` or `toki matrix`)."""
+    moves a cell must come with the regenerated matrix (`make reproduce`, or
+    `toki matrix --out verdict_matrix`)."""
     fresh = run_matrix(CONFIG, budget="default", workers=2, out=tmp_path)
     committed = CONFIG.parent / "matrix.csv"
     with open(committed, newline="") as fh:
         # real rows (`toki matrix --real`) are not re-run here: they need the libraries'
         # environments and take minutes (tests/experiments/test_real_matrix.py checks them)
         old = [r for r in csv.DictReader(fh) if r["kind"] != "real"]
-    assert fresh.csv_rows() == old, "verdict_matrix/ is stale: run `toki matrix --budget default`"
+    assert fresh.csv_rows() == old, (
+        "verdict_matrix/ is stale: run `python scripts/reproduce.py --only matrix`"
+    )
     for p in sorted((tmp_path / "witnesses").glob("*.json")):
         assert p.read_text() == (CONFIG.parent / "witnesses" / p.name).read_text(), p.name
