@@ -142,8 +142,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
-    """Explore interleavings of a system model's agents; with --check, check every run."""
-
+    """Explore interleavings of a system model's agents; with --check, check every run
+    (exit 1 when some run shows an anomaly, as toki check)."""
     from toki.check.runner import explore_system, make_strategy
     from toki.isolation import Isolation
     from toki.systems.base import SimJudge
@@ -159,8 +159,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     level = Isolation.parse(args.isolation) if args.isolation else None
     history_out = writable_file("--history-out", args.history_out) if args.history_out else None
     witness_dir = out_dir(args.witness_dir, "explore") if args.witness_dir else None
-    search = args.strategy in SEARCHES
-    total = None if search else args.budget
+    total = None if args.strategy in SEARCHES else args.budget  # a search may end sooner
     with _progress(args, "explore", "schedule", total, bound=args.budget) as bar:
         report = explore_system(
             system,
