@@ -12,7 +12,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-## run: set up, then regenerate the verdict matrix at the default budget (verdict_matrix/)
+## run: set up, then the demo and the verdict matrix at the default budget, written into a new
+## folder under toki-out/ (printed); the committed verdict_matrix/ changes only by `make reproduce`
 run: $(STAMP)
 	$(PY) -m toki.cli demo
 	$(PY) -m toki.cli matrix --budget default

@@ -4,6 +4,10 @@
     python scripts/reproduce.py --only proofs,paper-assets
     python scripts/reproduce.py --list
 
+Commands that write results are given explicit --out/--doc paths here: this script (through
+`make reproduce`) is the only thing that changes the committed results and docs; run by hand,
+each command writes into a new folder under ./toki-out instead.
+
 A part whose command is not available (e.g. `toki pg-grid` before it exists, or no PostgreSQL
 server) is skipped with the reason. The benchmarks themselves are not rerun unless --bench is
 given (they take long and want an idle machine); their report is always regenerated.
@@ -78,10 +82,12 @@ def parts(bench: bool) -> list[Part]:
              [toki_cmd("prove", "--out", "proofs")]),
         Part("proof-agreement", "proofs/agreement.json, the counts in docs/proofs.md",
              [[py, "-m", "proofs.agreement", "--out", "proofs", "--docs", "docs/proofs.md"]]),
-        Part("matrix", "verdict_matrix/matrix.*", [toki_cmd("matrix")],
+        Part("matrix", "verdict_matrix/matrix.*", [toki_cmd("matrix", "--out", "verdict_matrix")],
              skip=None if toki_has("matrix") else "`toki matrix` is not available yet"),
-        Part("calibration", "verdict_matrix/calibration.csv/.png", [toki_cmd("calibrate")]),
-        Part("pg-grid", "PostgreSQL grid", [toki_cmd("pg-grid")],
+        Part("calibration", "verdict_matrix/calibration.csv/.png",
+             [toki_cmd("calibrate", "--out", "verdict_matrix")]),
+        Part("pg-grid", "verdict_matrix/pg_grid.csv, the table in docs/postgres.md",
+             [toki_cmd("pg-grid", "--out", "verdict_matrix", "--doc", "docs/postgres.md")],
              skip=(None if toki_has("pg-grid") else "`toki pg-grid` is not available yet")
              or pg_reachable()),
         # executed, not saved: the notebooks are committed executed by their authors; executing
@@ -134,7 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         for p in todo:
             print(f"{p.name:14} {p.what}" + (f"  [skipped: {p.skip}]" if p.skip else ""))
         return 0
-    only = {s for s in args.only.split(",") if s}
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = sorted(only - {p.name for p in todo})
+    if unknown:
+        print(f"reproduce: error: --only: unknown part(s) {', '.join(unknown)} "
+              f"(use some of {', '.join(p.name for p in todo)})", file=sys.stderr)
+        return 2
     summary = []
     for p in todo:
         if only and p.name not in only:

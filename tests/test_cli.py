@@ -38,14 +38,16 @@ def test_locomo_is_delegated(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_relay_reports_per_level_and_a_replayable_shortest_witness(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Any
 ) -> None:
     from toki.check.relay import relay_verdict
     from toki.isolation import Isolation
     from toki.sim import replay_schedule
     from toki.sim.relay import SEED_OUTBOX, relay_program
 
-    assert main(["relay", "--rows", "1", "--levels", "ru,rc", "--json"]) == 0
+    assert (
+        main(["relay", "--rows", "1", "--levels", "ru,rc", "--json", "--out", str(tmp_path)]) == 0
+    )
     ru, rc = json.loads(capsys.readouterr().out)
     assert (ru["level"], rc["level"]) == ("read_uncommitted", "read_committed")
     assert ru["complete"] and rc["complete"]
@@ -54,12 +56,33 @@ def test_relay_reports_per_level_and_a_replayable_shortest_witness(
     prog = relay_program(SEED_OUTBOX[:1], level=Isolation.READ_UNCOMMITTED, crash_budget=1)
     run = replay_schedule(prog, ru["shortest_flagged"])
     assert relay_verdict(dict(run.state)).details["phantom_rows"] == [0]
+    # the shortest schedule is saved as a witness that toki replay re-runs
+    assert rc["witness_file"] is None
+    with open(ru["witness_file"]) as fh:
+        saved = json.load(fh)
+    assert saved["format"] == "toki-relay-witness" and saved["schedule"] == ru["shortest_flagged"]
+    assert main(["replay", ru["witness_file"], "--json"]) == 0
+    replayed = json.loads(capsys.readouterr().out)
+    assert replayed["reproduced"] and replayed["verdict"]["details"]["phantom_rows"] == [0]
+    # an edited witness (the schedule no longer fits the program) is one line, exit 2
+    other = tmp_path / "edited.json"
+    other.write_text(json.dumps({**saved, "level": "read_committed"}))
+    assert main(["replay", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "is not enabled at this point" in err and err.count("\n") == 1
 
 
-def test_relay_exit_code_and_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+def test_relay_exit_code_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
     planted = ["relay", "--rows", "2", "--levels", "rc", "--no-writer", "--on-failure", "skip"]
+    planted += ["--out", str(tmp_path)]
     assert main([*planted, "--quiet"]) == 0
-    assert "lose or invent history (lost" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    head = lines[0].split()
+    assert head[:5] == ["level", "schedules", "search", "lose", "or"] and "lost" in head
+    row = lines[2].split()
+    assert row[0] == "read_committed" and row[2] == "complete"
+    assert int(row[3]) == int(row[4]) > 0  # every flagged schedule lost a row
+    assert row[-1] == str(tmp_path / "relay-read_committed.json")
     assert main([*planted, "--quiet", "--fail-on-flagged"]) == 1
     capsys.readouterr()
     assert main(["relay", "--rows", "4"]) == 2
@@ -190,4 +213,7 @@ def test_check_toki_history_exits_1_when_a_check_finds_an_anomaly(
     assert main(["check", str(clean), "--consistency-model", "serializable", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["valid?"] is True
     assert main(["check", str(erased)]) == 1
-    assert "N3: {'found': True" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["check", "result", "details"]
+    assert ["N3", "anomaly", "erased", "a=Bob"] in [line.split() for line in lines]
+    assert lines[-1] == "valid? false"

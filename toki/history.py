@@ -88,6 +88,9 @@ def detect_format(path: str | Path) -> str:
         raise HistoryFormatError(str(p), f"cannot be read: {e}") from e
     text = head.lstrip()
     first = text.splitlines()[0] if text else ""
+    if first.strip() == "{":  # an indented JSON document: a witness is one
+        with p.open(encoding="utf-8") as fh:
+            _refuse_witness(p, fh.read())
     if first.startswith("{") and '"format"' in first:
         try:
             if json.loads(first).get("format") == FORMAT:
@@ -124,7 +127,26 @@ def read_history(path: str | Path) -> HistoryFile:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise HistoryFormatError(str(path), f"cannot be read: {e}") from e
+    _refuse_witness(Path(path), text)
     return parse_history(text.splitlines(keepends=True), source=str(path))
+
+
+WITNESS_FORMATS = ("toki-witness", "toki-relay-witness")
+
+
+def _refuse_witness(path: Path, text: str) -> None:
+    """A witness handed to `toki check` gets one line saying what it is, not an error for
+    every line of its indented JSON."""
+    if not text.lstrip().startswith("{"):
+        return
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return
+    if isinstance(data, dict) and data.get("format") in WITNESS_FORMATS:
+        raise HistoryFormatError(
+            str(path), "is a witness file, not a history", f"use toki replay {path}"
+        )
 
 
 def parse_history(lines: Sequence[str], source: str = "<history>") -> HistoryFile:
@@ -180,6 +202,10 @@ def parse_history(lines: Sequence[str], source: str = "<history>") -> HistoryFil
                 problems.append(f"line {i}: times out of order ({at} after {last_at})")
             last_at = at
             txn = data.get("txn")
+            bad = _op_field_problem(data)
+            if bad:
+                problems.append(f"line {i}: {bad}")
+                continue
             if op_kind == "begin":
                 if txn in begun:
                     problems.append(f"line {i}: duplicate transaction id {txn!r}")
@@ -214,12 +240,21 @@ def parse_history(lines: Sequence[str], source: str = "<history>") -> HistoryFil
                 problems.append(f"line {i}: belief needs integer 'at' and string 'key'")
                 continue
             beliefs.append((data["at"], data["key"], data.get("value")))
-        elif kind == "final":
-            final = data.get("beliefs")
-        elif kind == "recovered":
-            recovered = data.get("beliefs")
+        elif kind in ("final", "recovered"):
+            beliefs_of = data.get("beliefs")
+            if not isinstance(beliefs_of, dict):
+                problems.append(f"line {i}: {kind} needs 'beliefs', an object (key → belief)")
+                continue
+            if kind == "final":
+                final = beliefs_of
+            else:
+                recovered = beliefs_of
         elif kind == "recoverable":
-            recoverable[str(data.get("key"))] = tuple(str(v) for v in data.get("values", ()))
+            values = data.get("values", [])
+            if not isinstance(data.get("key"), str) or not isinstance(values, list):
+                problems.append(f"line {i}: recoverable needs string 'key' and list 'values'")
+                continue
+            recoverable[data["key"]] = tuple(str(v) for v in values)
         else:
             problems.append(
                 f"line {i}: unknown record type {kind!r} "
@@ -228,6 +263,28 @@ def parse_history(lines: Sequence[str], source: str = "<history>") -> HistoryFil
     if problems:
         raise HistoryFormatError(source, "; ".join(problems), "see docs/history-format.md")
     return HistoryFile(header, tuple(ops), tuple(beliefs), final, recovered, recoverable)
+
+
+def _is_key(key: Any) -> bool:
+    if isinstance(key, list):
+        return all(_is_key(k) for k in key)
+    return isinstance(key, str | int | float) and not isinstance(key, bool)
+
+
+def _op_field_problem(data: Mapping[str, Any]) -> str:
+    """Why an op record's fields have the wrong types ("" when they are fine): a txn id or a
+    key must be usable as a name, a version is the integer `at` of a write."""
+    txn, key, version = data.get("txn"), data.get("key"), data.get("version")
+    if not isinstance(txn, str | int) or isinstance(txn, bool):
+        return f"op 'txn' must be a string or an integer, not {json.dumps(txn)}"
+    if key is not None and not _is_key(key):
+        return f"op 'key' must be a string, a number or an array of them, not {json.dumps(key)}"
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        return f"op 'version' must be an integer or null, not {json.dumps(version)}"
+    agent = data.get("agent")
+    if agent is not None and not isinstance(agent, str | int):
+        return f"op 'agent' must be a string or an integer, not {json.dumps(agent)}"
+    return ""
 
 
 def _key(key: Any) -> Any:

@@ -186,7 +186,7 @@ def test_explore_cli_json_counts_anomalies(
             str(tmp_path),
         ]
     )
-    assert code == 0
+    assert code == 1  # --check found an anomaly: exit 1, like toki check
     data = json.loads(capsys.readouterr().out)
     assert data["schedules"] == 40 and data["anomalies"]["N2"] > 0
     assert {"N1", "N2", "N3"} <= set(data["anomalies"])

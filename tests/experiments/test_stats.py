@@ -61,6 +61,15 @@ def test_wilson_textbook_cases() -> None:
         wilson_interval(5, 4)
 
 
+@settings(derandomize=True, max_examples=300, database=None)
+@given(st.integers(1, 2000).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))))
+def test_wilson_interval_contains_its_estimate_inside_0_1(case: tuple[int, int]) -> None:
+    k, n = case
+    w = wilson_interval(k, n)
+    assert 0.0 <= w.low <= w.estimate <= w.high <= 1.0
+    assert (w.low == 0.0) == (k == 0) and (w.high == 1.0) == (k == n)
+
+
 def test_paired_bootstrap_contains_true_difference() -> None:
     rng = np.random.default_rng(7)
     base = rng.normal(0.5, 0.2, size=400)

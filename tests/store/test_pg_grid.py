@@ -182,6 +182,6 @@ def test_committed_csv_has_the_columns_and_the_docs_table_is_current() -> None:
     assert rows, "verdict_matrix/pg_grid.csv is empty"
     doc = (ROOT / "docs" / "postgres.md").read_text(encoding="utf-8")
     assert doc_section(rows) in doc, (
-        "docs/postgres.md's real-database grid table is stale; run `toki pg-grid` "
-        "(it rewrites the CSV and the table)"
+        "docs/postgres.md's real-database grid table is stale; run "
+        "`python scripts/reproduce.py --only pg-grid` (it rewrites the CSV and the table)"
     )

@@ -23,7 +23,14 @@ from toki.sim.store import OpKind
 from toki.sim.workload import Workload
 from toki.systems.base import SimJudge, SystemModel, build_program
 
-__all__ = ["Witness", "explain", "find_witness", "replay_witness", "shrink"]
+__all__ = [
+    "Witness",
+    "explain",
+    "find_witness",
+    "read_witness_json",
+    "replay_witness",
+    "shrink",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,19 @@ class Witness:
     def from_json(cls, data: Mapping[str, Any]) -> Witness:
         if data.get("format") != "toki-witness":
             raise InvalidInput("witness", "not a toki witness file (format != toki-witness)")
+        _check_version(data)
+        try:
+            Isolation(str(data["isolation"]))
+            return cls._from_json(data)
+        except InvalidInput:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidInput(
+                "witness", f"malformed witness: {type(exc).__name__} {exc}"
+            ) from None
+
+    @classmethod
+    def _from_json(cls, data: Mapping[str, Any]) -> Witness:
         return cls(
             system=str(data["system"]),
             anomaly=str(data["anomaly"]),
@@ -104,10 +124,50 @@ class Witness:
 
     @classmethod
     def load(cls, path: str | Path) -> Witness:
-        try:
-            return cls.from_json(json.loads(Path(path).read_text()))
-        except (OSError, json.JSONDecodeError, KeyError) as exc:
-            raise InvalidInput("witness", f"cannot read {path}: {exc}") from exc
+        return cls.from_json(read_witness_json(path))
+
+
+WITNESS_VERSION = 1
+
+
+def _check_version(data: Mapping[str, Any]) -> None:
+    if data.get("version", WITNESS_VERSION) != WITNESS_VERSION:
+        raise InvalidInput(
+            "witness",
+            f"unsupported version {data.get('version')!r}",
+            f"this toki reads version {WITNESS_VERSION}",
+        )
+
+
+def read_witness_json(path: str | Path) -> dict[str, Any]:
+    """A witness file's JSON object (`toki-witness` or `toki-relay-witness`), checked far
+    enough to say in one line what is wrong with any other file."""
+    from toki.history import WITNESS_FORMATS
+
+    p = Path(path)
+    hint = "give a file written by toki explore --witness-dir, toki matrix or toki relay"
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("witness", f"{p} is not a text file, so not a witness", hint) from None
+    except OSError as exc:
+        raise InvalidInput("witness", f"cannot read {p}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        first = text.lstrip().splitlines()[0] if text.strip() else ""
+        if '"toki-history"' in first:
+            raise InvalidInput(
+                "witness", f"{p} is a history file, not a witness", f"use toki check {p}"
+            ) from None
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise InvalidInput("witness", f"{p} is not JSON ({why})", hint) from None
+    if not isinstance(data, dict) or data.get("format") not in WITNESS_FORMATS:
+        raise InvalidInput(
+            "witness", f'{p} is not a toki witness (no "format": "toki-witness")', hint
+        )
+    _check_version(data)
+    return data
 
 
 def _judges(w: Witness) -> tuple[SimJudge, SimJudge]:

@@ -43,6 +43,7 @@ __all__ = [
     "COLUMNS",
     "LEVELS",
     "OPERATORS",
+    "check_doc",
     "doc_section",
     "read_csv",
     "run_grid",
@@ -128,8 +129,12 @@ def _one_run(
     return next(islice(RandomStrategy(seed).runs(program, Stats()), 1))
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.4f}"
+def _fmt(column: str, x: Any) -> Any:
+    """A row's value as the CSV writes it: rates to 4 places, aborts per run to 2 (rows in
+    memory, and `toki pg-grid --json`, keep the numbers)."""
+    if not isinstance(x, float):
+        return x
+    return f"{x:.2f}" if column.endswith("_per_run") else f"{x:.4f}"
 
 
 def run_grid(
@@ -143,8 +148,8 @@ def run_grid(
     claims_per_agent: int = 1,
     progress: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every cell, one row per anomaly (columns `COLUMNS`). Rep i uses workload seed and
-    schedule seed `seed + i` on both the server and the simulator."""
+    """Every cell, one row per anomaly (columns `COLUMNS`, rates and aborts as floats). Rep
+    i uses workload seed and schedule seed `seed + i` on both the server and the simulator."""
     rows: list[dict[str, Any]] = []
     judge, recovery = SimJudge(0.5, seed), SimJudge(0.5, seed + 1)
     with PgServer(dsn) as server:
@@ -196,18 +201,18 @@ def run_grid(
                                         reps,
                                         name,
                                         found["server"][name],
-                                        _fmt(a.estimate),
-                                        _fmt(a.low),
-                                        _fmt(a.high),
+                                        a.estimate,
+                                        a.low,
+                                        a.high,
                                         found["sim"][name],
-                                        _fmt(b.estimate),
-                                        _fmt(b.low),
-                                        _fmt(b.high),
+                                        b.estimate,
+                                        b.low,
+                                        b.high,
                                         "yes" if disjoint else "no",
                                         undecided["server"][name],
                                         undecided["sim"][name],
-                                        f"{aborts['server'] / reps:.2f}",
-                                        f"{aborts['sim'] / reps:.2f}",
+                                        aborts["server"] / reps,
+                                        aborts["sim"] / reps,
                                         stuck["server"],
                                         stuck["sim"],
                                     ),
@@ -224,7 +229,7 @@ def write_csv(rows: Iterable[Mapping[str, Any]], path: Path) -> None:
         out = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         out.writeheader()
         for r in rows:
-            out.writerow({k: r[k] for k in COLUMNS})
+            out.writerow({k: _fmt(k, r[k]) for k in COLUMNS})
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -255,8 +260,8 @@ def doc_section(rows: Sequence[Mapping[str, Any]]) -> str:
             line += [_cell(r, "server", reps), _cell(r, "sim", reps)]
         flagged = [n for n in ANOMALIES if by[n]["disagree"] == "yes"]
         line += [
-            str(any_row["server_aborts_per_run"]),
-            str(any_row["sim_aborts_per_run"]),
+            str(_fmt("server_aborts_per_run", any_row["server_aborts_per_run"])),
+            str(_fmt("sim_aborts_per_run", any_row["sim_aborts_per_run"])),
             ", ".join(flagged) or "none",
         ]
         lines.append("| " + " | ".join(line) + " |")
@@ -268,11 +273,24 @@ def _cell(r: Mapping[str, Any], side: str, reps: Any) -> str:
     return f"{r[f'{side}_found']}/{reps}" + (f" (+{undecided}?)" if undecided else "")
 
 
+def check_doc(path: Path) -> str:
+    """The text of `path`, refused unless it has the pg-grid markers (checked before a run,
+    so a long grid never ends on a missing file)."""
+    from toki.errors import InvalidInput
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput("--doc", f"cannot read {path}: {exc.strerror}") from None
+    if not _MARKERS.search(text):
+        raise InvalidInput("--doc", f"{path} has no {BEGIN} … {END} markers", "add them")
+    return text
+
+
+_MARKERS = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+
+
 def write_doc(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     """Replace the table between the pg-grid markers of `path` (markers must exist)."""
-    text = path.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
-    if not pattern.search(text):
-        raise ValueError(f"{path}: no {BEGIN} … {END} markers")
     block = f"{BEGIN}\n{doc_section(rows)}{END}"
-    path.write_text(pattern.sub(lambda _m: block, text), encoding="utf-8")
+    path.write_text(_MARKERS.sub(lambda _m: block, check_doc(path)), encoding="utf-8")

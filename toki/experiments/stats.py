@@ -78,7 +78,11 @@ def wilson_interval(successes: int, n: int, alpha: float = 0.05) -> Interval:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), alpha)
+    # the bounds are exactly 0 at no successes and 1 at all (rounding would leave 5.6e-17
+    # above the estimate): an interval always contains its estimate
+    low = 0.0 if successes == 0 else min(p, max(0.0, centre - half))
+    high = 1.0 if successes == n else max(p, min(1.0, centre + half))
+    return Interval(p, low, high, alpha)
 
 
 def cluster_interval(rates: Sequence[float] | FloatArray, alpha: float = 0.05) -> Interval:

@@ -23,6 +23,7 @@ from toki.locomo.flat import run_flat_baseline
 from toki.locomo.llm import LLMAnswerer, LLMAnswerJudge, LLMExtractor
 
 LLM_CACHE = "llm-responses.sqlite"
+_PATH_HELP = "the LoCoMo file (default: $TOKI_LOCOMO, ../shared/data/locomo, the user cache)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,20 +32,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("fetch", help="download the pinned LoCoMo file and verify its sha256")
     f.add_argument("--dest", help="file or directory (default: the user cache directory)")
-    f.add_argument("--url", default=LOCOMO_URL)
+    f.add_argument("--url", default=LOCOMO_URL, help="where to download from (default: upstream)")
     f.add_argument("--json", action="store_true", help="print the path and sha256 as JSON")
     i = sub.add_parser("info", help="counts and parsing problems of the data file")
-    i.add_argument("--path")
-    i.add_argument("--json", action="store_true")
+    i.add_argument("--path", help=_PATH_HELP)
+    i.add_argument("--json", action="store_true", help="machine-readable output")
     b = sub.add_parser("baseline", help="flat BM25 + extractive baseline, per category")
-    b.add_argument("--path")
-    b.add_argument("-k", type=int, default=5)
-    b.add_argument("--categories", default="1,2,3,4")
-    b.add_argument("--limit", type=int)
+    b.add_argument("--path", help=_PATH_HELP)
+    b.add_argument("-k", type=int, default=5, help="items retrieved per question (default 5)")
+    b.add_argument(
+        "--categories",
+        default="1,2,3,4",
+        help="comma-separated: 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, "
+        "5 adversarial (default 1,2,3,4)",
+    )
+    b.add_argument("--limit", type=int, help="only the first N conversations")
     b.add_argument("--turns", action="store_true", help="also index raw turns")
-    b.add_argument("--json", action="store_true")
+    b.add_argument("--json", action="store_true", help="machine-readable output")
     a = sub.add_parser("ablate", help="typed-layer, audit-row and operator ablations")
-    a.add_argument("--path")
+    a.add_argument("--path", help=_PATH_HELP)
     a.add_argument(
         "--ablation",
         choices=ABLATIONS,
@@ -52,15 +58,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run only this ablation (repeatable; default: all)",
     )
     a.add_argument("--limit", type=int, help="only the first N conversations")
-    a.add_argument("-k", type=int, default=5)
-    a.add_argument("--seed", type=int, default=SEED)
+    a.add_argument("-k", type=int, default=5, help="items retrieved per question (default 5)")
+    a.add_argument("--seed", type=int, default=SEED, help=f"bootstrap seed (default {SEED})")
     a.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("--json", action="store_true", help="machine-readable output")
     m = a.add_argument_group(
         "language model", "an OpenAI-compatible chat-completions endpoint (see docs/locomo.md)"
     )
-    m.add_argument("--answerer", choices=("extractive", "llm"), default="extractive")
-    m.add_argument("--extractor", choices=("rule", "llm"), default="rule")
+    m.add_argument(
+        "--answerer",
+        choices=("extractive", "llm"),
+        default="extractive",
+        help="who answers: %(choices)s (default extractive)",
+    )
+    m.add_argument(
+        "--extractor",
+        choices=("rule", "llm"),
+        default="rule",
+        help="who extracts typed facts: %(choices)s (default rule)",
+    )
     m.add_argument(
         "--judge",
         choices=("none", "llm"),
@@ -69,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     m.add_argument("--base-url", help="API root, e.g. http://127.0.0.1:8000/v1")
     m.add_argument("--model", help="the model name the server knows")
-    m.add_argument("--temperature", type=float, default=0.0)
+    m.add_argument("--temperature", type=float, default=0.0, help="sampling temperature")
     m.add_argument("--llm-seed", type=int, default=0, help="decoder seed sent with each call")
     m.add_argument(
         "--api-key-env",
@@ -86,10 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="make no call: count the calls the run would need, print only that",
     )
     m.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
-    m.add_argument("--max-retries", type=int, default=5)
+    m.add_argument("--max-retries", type=int, default=5, help="retries per request")
     m.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     try:
+        _check_numbers(args)
         if args.cmd == "fetch":
             path = fetch_locomo(args.dest, url=args.url)
             print(json.dumps({"path": str(path), "sha256": sha256_of(path)}) if args.json else path)
@@ -116,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.cmd == "ablate":
             return _ablate(args, ds)
-        cats = tuple(int(c) for c in args.categories.split(",") if c.strip())
+        cats = _categories(args.categories)
         rows = run_flat_baseline(
             ds, k=args.k, categories=cats, limit=args.limit, include_turns=args.turns
         )
@@ -133,6 +150,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TokiError as e:
         print(f"toki locomo: {e}", file=sys.stderr)
         return 2
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Range checks before the data is even loaded (a bad -k or --resamples would otherwise
+    surface as an IndexError deep in the scoring)."""
+    from toki.cli_input import at_least
+
+    if getattr(args, "k", None) is not None:
+        at_least("-k", args.k, 1, "retrieve at least one item")
+    if getattr(args, "limit", None) is not None:
+        at_least("--limit", args.limit, 1, "drop --limit for every conversation")
+    if getattr(args, "resamples", None) is not None:
+        at_least("--resamples", args.resamples, 1, "e.g. 10000")
+    if getattr(args, "categories", None) is not None:
+        _categories(args.categories)
+    if getattr(args, "timeout", None) is not None and not args.timeout > 0:
+        raise InvalidInput("--timeout", f"{args.timeout} is not a positive number of seconds")
+    if getattr(args, "max_retries", None) is not None:
+        at_least("--max-retries", args.max_retries, 0)
+
+
+def _categories(text: str) -> tuple[int, ...]:
+    """Comma-separated LoCoMo category numbers (1 multi-hop … 5 adversarial)."""
+    from toki.locomo.data import Category
+
+    valid = ", ".join(f"{c.value} {c.name.lower().replace('_', '-')}" for c in Category)
+    try:
+        cats = tuple(int(c) for c in text.split(",") if c.strip())
+    except ValueError:
+        raise InvalidInput("--categories", f"cannot read {text!r}", f"use {valid}") from None
+    bad = [c for c in cats if c not in {x.value for x in Category}]
+    if bad or not cats:
+        raise InvalidInput("--categories", f"{bad or 'nothing'} is not a category", f"use {valid}")
+    return cats
 
 
 def _ablate(args: argparse.Namespace, ds: Any) -> int:

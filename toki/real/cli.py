@@ -6,8 +6,8 @@
                   [--faults crash:1] [--check] [--json] [--out DIR]
     toki real replay WITNESS [--json]
 
-Real runs write only into --out (default: a new temporary directory, printed), never into
-the checkout.
+Real runs write only into --out (default: a new folder under ./toki-out, printed), never
+anywhere else.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from toki.cli_input import at_least, out_dir
 from toki.errors import InvalidInput, TokiError
 
 __all__ = ["REAL_SCENARIOS", "main", "make_real_workload", "parse_faults"]
@@ -143,13 +143,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     system = get_real_system(args.system)
     worker_python(system)  # a missing environment is one line, before anything else
     crash_budget = parse_faults(args.faults)
+    for name, value in (
+        ("--agents", args.agents),
+        ("--claims", args.claims),
+        ("--keys", args.keys),
+    ):
+        at_least(name, value, 1)
     workload = make_real_workload(args.workload, args.agents, args.claims, args.keys, args.seed)
     strategy = make_strategy(args.strategy, args.seed, args.depth, args.preemptions)
     if args.budget < 1:
         raise InvalidInput("--budget", f"{args.budget} < 1", "explore at least one schedule")
+    at_least("--preemptions", args.preemptions, 0)
+    at_least("--depth", args.depth, 1)
     if not 0.0 <= args.p <= 1.0:
         raise InvalidInput("--p", f"{args.p} is not a probability in [0, 1]")
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="toki-real-"))
+    out = out_dir(args.out, "real-run")
     judge = SimJudge(args.p, args.seed)
     recovery = SimJudge(args.p, args.seed + 1)
     with _progress(args, args.system, "schedule", args.budget) as bar:
@@ -207,46 +215,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     lst = sub.add_parser("list", help="the real systems and whether their environments exist")
-    lst.add_argument("--json", action="store_true")
+    lst.add_argument("--json", action="store_true", help="machine-readable output")
     lst.set_defaults(handler=_cmd_list)
 
     st = sub.add_parser("setup", help="create a system's environment from its lock file")
     st.add_argument("system", help="a system name, or 'all' (every system with a lock file)")
     st.add_argument("--force", action="store_true", help="recreate even if cached")
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
     st.set_defaults(handler=_cmd_setup)
 
     run = sub.add_parser("run", help="explore a real system's schedules (and check them)")
-    run.add_argument("system")
+    run.add_argument("system", help="a real system (toki real list)")
     run.add_argument("--workload", help="a named scenario (default: synthetic)")
-    run.add_argument("--agents", type=int, default=2)
+    run.add_argument("--agents", type=int, default=2, help="agents, synthetic (default 2)")
     run.add_argument("--claims", type=int, default=1, help="claims per agent (synthetic)")
     run.add_argument("--keys", type=int, default=1, help="keys (synthetic)")
     run.add_argument(
-        "--strategy", default="dpor", choices=["dpor", "random", "pct", "bounded", "exhaustive"]
+        "--strategy",
+        default="dpor",
+        choices=["dpor", "random", "pct", "bounded", "exhaustive"],
+        help="how schedules are chosen: %(choices)s (default dpor)",
     )
     run.add_argument("--budget", type=int, default=100, help="maximum schedules")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=int, default=0, help="workload, strategy and judge seed")
     run.add_argument("--p", type=float, default=0.5, help="judge's vote for the challenger")
     run.add_argument("--depth", type=int, default=3, help="PCT depth")
     run.add_argument("--preemptions", type=int, default=2, help="bounded DFS preemptions")
     run.add_argument("--faults", help="crash:<n>: n crashes per agent between gate points")
     run.add_argument("--check", action="store_true", help="check N1/RD/N2/N3 on every schedule")
-    run.add_argument("--out", help="folder for witnesses (default: a new temporary folder)")
+    run.add_argument("--out", help="folder for witnesses (default: a new one under ./toki-out)")
     run.add_argument(
         "--gate-timeout",
         type=float,
         default=60.0,
         help="seconds a released agent may run before reaching a gate point",
     )
-    run.add_argument("--json", action="store_true")
-    run.add_argument("--quiet", action="store_true")
+    run.add_argument("--json", action="store_true", help="machine-readable output")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(handler=_cmd_run)
 
     rep = sub.add_parser("replay", help="re-run a real witness step by step")
-    rep.add_argument("witness")
-    rep.add_argument("--gate-timeout", type=float, default=60.0)
-    rep.add_argument("--json", action="store_true")
+    rep.add_argument("witness", help="a witness file written by toki real run")
+    rep.add_argument(
+        "--gate-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a released agent may run before reaching a gate point",
+    )
+    rep.add_argument("--json", action="store_true", help="machine-readable output")
     rep.set_defaults(handler=_cmd_replay)
     return parser
 
