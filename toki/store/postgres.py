@@ -170,9 +170,21 @@ CREATE TABLE IF NOT EXISTS toki_adjudicated (
 
 def _migration_1(cur: psycopg.Cursor[Any]) -> None:
     """Events, versions, the per-key summary and the adjudicated projection."""
-    cur.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
+    _create_btree_gist(cur)
     cur.execute(_M1)
     cur.execute("INSERT INTO toki_meta VALUES ('watermark', '0') ON CONFLICT DO NOTHING")
+
+
+def _create_btree_gist(cur: psycopg.Cursor[Any]) -> None:
+    """btree_gist in `public`, never in toki's schema: an extension created while the schema
+    is first on the search_path lives in that schema, and `DROP SCHEMA … CASCADE` of it then
+    drops the extension and, with it, every other schema's EXCLUDE constraint. Two stores
+    migrating at once may both try to create it; the loser's unique violation is ignored."""
+    try:
+        with cur.connection.transaction():  # a savepoint
+            cur.execute("CREATE EXTENSION IF NOT EXISTS btree_gist WITH SCHEMA public")
+    except (pg_errors.UniqueViolation, pg_errors.DuplicateObject):
+        pass  # created concurrently by another migration
 
 
 _M2 = """
