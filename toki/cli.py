@@ -378,11 +378,20 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
 
 def _cmd_pg_grid(args: argparse.Namespace) -> int:
     """TOKI's operators on a real PostgreSQL server beside the simulator (the real-database
-    grid); writes the CSV and regenerates the table in docs/postgres.md."""
+    grid); writes the CSV and regenerates the table in docs/postgres.md. With --product: the
+    library's own Memory.write in writer processes (toki.experiments.pg_product)."""
     from pathlib import Path
 
     from toki.experiments.pg_grid import LEVELS, OPERATORS, run_grid, write_csv, write_doc
     from toki.store.postgres import default_dsn
+
+    if args.product:
+        return _cmd_pg_product(args)
+    args.out = args.out or "verdict_matrix/pg_grid.csv"
+    args.levels = args.levels or "RC,RR,SER"
+    args.writers = args.writers or "2,4,8"
+    args.reps = 20 if args.reps is None else args.reps
+    args.claims = 1 if args.claims is None else args.claims
 
     try:
         writers = [int(x) for x in args.writers.split(",") if x.strip()]
@@ -419,6 +428,58 @@ def _cmd_pg_grid(args: argparse.Namespace) -> int:
         _print_json({"csv": args.out, "doc": args.doc, "rows": rows})
     else:
         print(f"wrote {args.out}" + (f" and the table in {args.doc}" if args.doc else ""))
+    return 0
+
+
+def _cmd_pg_product(args: argparse.Namespace) -> int:
+    """`toki pg-grid --product`: writer processes × operators × levels through Memory.write on
+    the server, N1/N2/N3 on the recorded history; JSON results and the docs table."""
+    import platform
+    from pathlib import Path
+
+    from toki.experiments import pg_product
+    from toki.store.postgres import default_dsn
+
+    def listed(text: str, what: str) -> list[str]:
+        out = [x.strip().upper() for x in text.split(",") if x.strip()]
+        if not out:
+            raise InvalidInput(what, f"{text!r} names nothing")
+        return out
+
+    try:
+        writers = [int(x) for x in (args.writers or "2,4").split(",") if x.strip()]
+    except ValueError:
+        raise InvalidInput("--writers", f"cannot read {args.writers!r}", "e.g. 2,4") from None
+    operators = listed(args.operators, "--operators")
+    levels = listed(args.levels or ",".join(pg_product.LEVELS), "--levels")
+    rounds = 10 if args.reps is None else args.reps
+    claims = 2 if args.claims is None else args.claims
+    out = Path(args.out or "verdict_matrix/pg_product.json")
+    total = len(operators) * len(levels) * len(writers) * rounds
+    with _progress(args, "pg-grid --product", "round", total) as bar:
+        rows = pg_product.run_product(
+            args.dsn or default_dsn(),
+            operators=operators,
+            levels=levels,
+            writers=writers,
+            rounds=rounds,
+            seed=args.seed,
+            claims_per_writer=claims,
+            progress=bar.update,
+        )
+    meta = {
+        "command": f"toki pg-grid --product --reps {rounds} --writers "
+        f"{','.join(map(str, writers))} --claims {claims} --seed {args.seed}",
+        "python": platform.python_version(),
+        "machine": "shared 2-core machine",
+    }
+    pg_product.write_results(rows, out, meta)
+    if args.doc:
+        pg_product.write_doc(pg_product.read_results(out), Path(args.doc))
+    if args.json:
+        _print_json({"results": str(out), "doc": args.doc, "rows": rows})
+    else:
+        print(f"wrote {out}" + (f" and the table in {args.doc}" if args.doc else ""))
     return 0
 
 
@@ -600,13 +661,20 @@ def _build_parser() -> argparse.ArgumentParser:
 
     pgg = sub.add_parser("pg-grid", help="TOKI's operators on PostgreSQL beside the simulator")
     pgg.add_argument("--dsn", help="server (default $TOKI_PG_DSN or the local test server)")
-    pgg.add_argument("--reps", type=int, default=20, help="seeded schedules per cell")
-    pgg.add_argument("--writers", default="2,4,8", help="comma-separated writer counts")
+    pgg.add_argument(
+        "--product",
+        action="store_true",
+        help="the library's Memory.write in writer processes (defaults: --reps 10 rounds, "
+        "--writers 2,4, --levels RU,RC,RR,SER, --claims 2, --out verdict_matrix/"
+        "pg_product.json)",
+    )
+    pgg.add_argument("--reps", type=int, help="seeded schedules (rounds) per cell (default 20)")
+    pgg.add_argument("--writers", help="comma-separated writer counts (default 2,4,8)")
     pgg.add_argument("--operators", default="LWW,EWM,AWAIT,RULE")
-    pgg.add_argument("--levels", default="RC,RR,SER")
-    pgg.add_argument("--claims", type=int, default=1, help="claims per writer")
+    pgg.add_argument("--levels", help="comma-separated levels (default RC,RR,SER)")
+    pgg.add_argument("--claims", type=int, help="claims per writer (default 1)")
     pgg.add_argument("--seed", type=int, default=0)
-    pgg.add_argument("--out", default="verdict_matrix/pg_grid.csv")
+    pgg.add_argument("--out", help="results file (default verdict_matrix/pg_grid.csv)")
     pgg.add_argument("--doc", default="docs/postgres.md", help="'' leaves the docs alone")
     pgg.add_argument("--json", action="store_true")
     pgg.add_argument("--quiet", action="store_true")
