@@ -65,6 +65,7 @@ __all__ = [
     "LEVELS",
     "OPERATORS_ORDER",
     "Round",
+    "WriterPool",
     "beliefs",
     "check_round",
     "doc_section",
@@ -220,25 +221,37 @@ def _write_inbox(index: int, barrier: Any, task: Mapping[str, Any]) -> dict[str,
         mem.close()
 
 
-def _worker(index: int, barrier: Any, tasks: Any, results: Any) -> None:
-    """A writer process: one task per round until None."""
+Job = Callable[[int, Any, Mapping[str, Any]], dict[str, Any]]
+"""What a writer process runs per round: (writer index, the shared barrier, task) -> result.
+A module-level function (spawned processes import it by name)."""
+
+
+def _worker(job: Job, index: int, barrier: Any, tasks: Any, results: Any) -> None:
+    """A writer process: one task per round until None (or until its parent is gone)."""
+    parent = mp.parent_process()
     while True:
-        task = tasks.get()
+        try:
+            task = tasks.get(timeout=5.0)
+        except Empty:
+            if parent is not None and not parent.is_alive():
+                return
+            continue
         if task is None:
             return
         try:
-            results.put(_write_inbox(index, barrier, task))
+            results.put({"writer": index, **job(index, barrier, task)})
         except BaseException as exc:  # reported to the parent, which fails the round
             barrier.abort()
             results.put({"writer": index, "error": repr(exc)})
 
 
 @dataclass
-class _Pool:
-    """`n` writer processes (spawned once: a fresh interpreter, no inherited connection)
-    sharing one barrier, so that every round starts its writers together."""
+class WriterPool:
+    """`n` writer processes running `job` (spawned once: a fresh interpreter, no inherited
+    connection) sharing one barrier, so that every round starts its writers together."""
 
     n: int
+    job: Job = _write_inbox
 
     def __post_init__(self) -> None:
         ctx = mp.get_context("spawn")
@@ -247,7 +260,9 @@ class _Pool:
         self.tasks = [ctx.Queue() for _ in range(self.n)]
         self.procs: list[SpawnProcess] = [
             ctx.Process(
-                target=_worker, args=(i, self.barrier, self.tasks[i], self.results), daemon=True
+                target=_worker,
+                args=(self.job, i, self.barrier, self.tasks[i], self.results),
+                daemon=True,
             )
             for i in range(self.n)
         ]
@@ -302,7 +317,7 @@ class Round:
 
 
 def run_round(
-    pool: _Pool,
+    pool: WriterPool,
     dsn: str,
     op: str,
     level: Isolation,
@@ -443,7 +458,7 @@ def run_product(
         raise InvalidInput("rounds/claims/writers", "must be positive")
     rows: list[dict[str, Any]] = []
     for w in writers:
-        pool = _Pool(w)
+        pool = WriterPool(w)
         try:
             for op in operators:
                 for level_name in levels:
@@ -461,7 +476,7 @@ def run_product(
 
 
 def _cell(
-    pool: _Pool,
+    pool: WriterPool,
     dsn: str,
     op: str,
     level_name: str,
