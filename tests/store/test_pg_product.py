@@ -221,3 +221,18 @@ def test_docs_product_table_is_generated_from_the_results_file() -> None:
     assert block.strip() == P.doc_section(data).strip(), (
         "regenerate: toki pg-grid --product (see docs/postgres.md)"
     )
+
+
+def test_docs_writers_table_is_generated_from_the_results_file() -> None:
+    from benchmarks import bench_writers
+
+    data = json.loads((ROOT / "benchmarks" / "results" / "writers.json").read_text())
+    text = (ROOT / "docs" / "postgres.md").read_text(encoding="utf-8")
+    block = text.split(bench_writers.BEGIN, 1)[1].split(bench_writers.END, 1)[0]
+    assert block.strip() == bench_writers.doc_table(data).strip(), (
+        "regenerate: python -m benchmarks.bench_writers"
+    )
+    assert {c["writers"] for c in data["cells"]} == set(bench_writers.WRITERS)
+    assert {(c["path"], c["workload"]) for c in data["cells"]} == {
+        (p, w) for p in bench_writers.PATHS for w in bench_writers.WORKLOADS
+    }
