@@ -236,3 +236,20 @@ def test_docs_writers_table_is_generated_from_the_results_file() -> None:
     assert {(c["path"], c["workload"]) for c in data["cells"]} == {
         (p, w) for p in bench_writers.PATHS for w in bench_writers.WORKLOADS
     }
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["pg-grid", "--reps", "0"],  # the model grid: 0 is refused, not read as the default
+        ["pg-grid", "--product", "--reps", "0"],
+        ["pg-grid", "--product", "--operators", "XYZ"],
+        ["pg-grid", "--product", "--levels", "RX"],
+        ["pg-grid", "--product", "--writers", "two"],
+    ],
+)
+def test_cli_refuses_bad_grid_arguments_before_any_work(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) != 0
+    assert "error" in capsys.readouterr().err.lower()
