@@ -470,7 +470,7 @@ def _cmd_pg_product(args: argparse.Namespace) -> int:
     meta = {
         "command": f"toki pg-grid --product --reps {rounds} --writers "
         f"{','.join(map(str, writers))} --claims {claims} --seed {args.seed}",
-        "python": platform.python_version(),
+        "python": f"Python {platform.python_version()}",
         "machine": "shared 2-core machine",
     }
     pg_product.write_results(rows, out, meta)

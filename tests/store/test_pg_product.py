@@ -142,9 +142,9 @@ def test_below_the_level_the_forced_race_is_retried_not_an_anomaly(
 def test_checkers_flag_tampered_histories(
     pg_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each checker can fail: a live state hash that is not the log's replay (N1), a claim in
-    the store that no writer committed (N2: no serial order of the committed claims reaches
-    it), a value a writer believed that the store cannot produce (N3)."""
+    """Each checker can fail: a live state hash that is not the log's replay (N1), a commit a
+    writer saw that the log lacks, or a claim in the store that no writer of the round made
+    (N2), a value a writer believed that the store cannot produce (N3)."""
     a, b, results, every = _race(pg_dsn, schema, "EWM", Isolation.SERIALIZABLE, monkeypatch)
     inboxes = [every[:1], every[1:]]
 
@@ -160,9 +160,14 @@ def test_checkers_flag_tampered_histories(
     bad[0]["writes"][0]["believed"] = {key: {"answers": [["value", "Atlantis"]]}}
     assert check(bad) == {"N1": False, "N2": False, "N3": True}
     bad = json.loads(json.dumps(results))
-    bad[1]["writes"] = []  # B's claim is in the store, but no writer says it committed it
-    bad[1]["final_hash"] = results[1]["final_hash"]
-    assert check(bad)["N2"] is True
+    bad[1]["writes"][0]["vid"] = "v-never-logged"  # B saw a commit the log does not hold
+    assert check(bad) == {"N1": False, "N2": True, "N3": False}
+    # a claim no writer of the round made (a foreign writer): no serial order of the
+    # round's committed claims reaches the final beliefs
+    intruder = SimClaim("user0:city", "Atlantis", start=3, recorded=9, weight=9.0, source="x")
+    a.write(P.to_claim(intruder), OPERATORS["EWM"], judge=P._judge("EWM"))
+    found = check(results)
+    assert found["N2"] is True, found
     a.close()
     b.close()
 

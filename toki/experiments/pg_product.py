@@ -16,12 +16,13 @@ believed after each of its writes.
   watermark) differs from the replay of the final log up to that watermark, or a writer's
   final state, a replay of the whole log and the stored projection disagree
   (`toki.check.asof.n1_memory`; opening a drifted projection raises, and counts).
-- N2 (belief-drift skew): the final beliefs (the answer at each claim's valid start and far
-  after, plus EWM's evidence totals) are those of no serial execution of the committed
-  claims that keeps each writer's order, each run through a fresh in-memory Memory with the
-  same operator, judge and policy. The log's commit order is tried first (it keeps every
-  writer's order, so it is one of them); otherwise every order is tried up to
-  `toki.check.anomalies.ALL_ORDERS` (`serial_orders`), beyond which the round is undecided.
+- N2 (belief-drift skew): a commit a writer saw is missing from the log, or the final
+  beliefs (the answer at each claim's valid start and far after, plus EWM's evidence totals)
+  are those of no serial execution of the claims the log holds that keeps each writer's
+  order, each run through a fresh in-memory Memory with the same operator, judge and policy.
+  The log's commit order is tried first (it keeps every writer's order, so it is one of
+  them); otherwise every order is tried up to `toki.check.anomalies.ALL_ORDERS`
+  (`serial_orders`), beyond which the round is undecided.
 - N3 (audit erasure): a value some writer believed after a commit can no longer be produced
   by the final store (its history and audit rows), as `n3_erasure` asks of a model.
 
@@ -55,7 +56,7 @@ from toki.check.asof import n1_memory
 from toki.errors import IntegrityError, InvalidInput, StoreError, TokiError
 from toki.isolation import Isolation, dominates
 from toki.judge import Judge, PreferNewestJudge
-from toki.log import EventKind
+from toki.log import Event, EventKind
 from toki.memory import Memory
 from toki.model import Claim, FactKey
 from toki.sim.workload import SimClaim, synthetic
@@ -387,27 +388,24 @@ def check_round(
                 if prefix_hash[wm] != w["state_hash"]:
                     n1 = True
                     details.setdefault("N1", f"writer {r['writer']} at seq {wm}")
-        # N2: the final beliefs are those of a serial order keeping each writer's order
-        by_cid = {c.cid: c for c in every}
-        seqs = [tuple(by_cid[w["cid"]] for w in r["writes"] if w["committed"]) for r in results]
-        by_vid = {w["vid"]: by_cid[w["cid"]] for r in results for w in r["writes"] if w.get("vid")}
-        commit_order = list(
-            dict.fromkeys(
-                by_vid[e.version_ids[0]]
-                for e in events
-                if e.kind is EventKind.ASSERT and e.body.get("claim") and e.version_ids[0] in by_vid
-            )
-        )
+        # N2: the final beliefs are those of a serial order of the claims the log holds that
+        # keeps each writer's order (the log decides what committed: a write whose call
+        # failed after its commit is in it); a claim a writer saw commit must be in it
+        logged = _logged_claims(events, every)
+        commit_order = list(logged.values())
+        done = {c.cid for c in commit_order}
+        seqs = [tuple(c for c in inbox if c.cid in done) for inbox in inboxes]
+        reported = {w["vid"] for r in results for w in r["writes"] if w["committed"]}
+        lost = sorted(reported - set(logged))
         live = digest(canonical_json(beliefs(final, keys, probes, op)))
-        committed = [c for seq in seqs for c in seq]
-        n2: bool | None = False
-        if serial_beliefs(op, commit_order, every) != live:
+        n2: bool | None = bool(lost)
+        if lost:
+            details["N2"] = {"lost": lost}
+        elif serial_beliefs(op, commit_order, every) != live:
             orders, complete = serial_orders(seqs, ALL_ORDERS)
             hit = any(serial_beliefs(op, o, every) == live for o in orders)
             n2 = None if not hit and not complete else not hit
             details["N2"] = {"orders": len(orders), "complete": complete, "commit_order": False}
-        if len(commit_order) != len(committed):
-            details["N2_commit_order"] = f"{len(commit_order)} of {len(committed)} claims in log"
         # N3: every value a writer believed after a commit is still in the final store
         keep: dict[str, set[str]] = {}
         for key in keys:
@@ -431,6 +429,23 @@ def check_round(
         return found, n2 is None, details
     finally:
         final.close()
+
+
+def _logged_claims(events: Sequence[Event], claims: Sequence[SimClaim]) -> dict[str, SimClaim]:
+    """Version id -> workload claim, for each claim ASSERTed in the log, in log order (a
+    claim is recognised by its source, value and recording time)."""
+    want = {}
+    for c in claims:
+        made = to_claim(c)
+        want[(made.source_id, canonical_json(made.value), made.recorded_at)] = c
+    out: dict[str, SimClaim] = {}
+    for e in events:
+        v = e.version
+        if e.kind is EventKind.ASSERT and e.body.get("claim") and v is not None:
+            hit = want.get((v.source_id, v.value_json, v.recorded_at))
+            if hit is not None:
+                out.setdefault(v.id, hit)
+    return out
 
 
 # ------------------------------------------------------------------------ the grid
@@ -562,8 +577,11 @@ def doc_section(data: Mapping[str, Any]) -> str:
         ]
         lines.append("| " + " | ".join(line) + " |")
     meta = data.get("meta", {})
-    note = ", ".join(f"{k} {meta[k]}" for k in sorted(meta))
-    return "\n".join(lines) + "\n" + (f"\n{note}\n" if note else "")
+    note = ""
+    if "command" in meta:
+        extra = ", ".join(f"{meta[k]}" for k in ("machine", "python") if k in meta)
+        note = f"\nRun: `{meta['command']}`" + (f" ({extra})" if extra else "") + ".\n"
+    return "\n".join(lines) + "\n" + note
 
 
 def write_doc(data: Mapping[str, Any], path: Path) -> None:
