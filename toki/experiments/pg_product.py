@@ -70,6 +70,7 @@ __all__ = [
     "beliefs",
     "check_round",
     "doc_section",
+    "n2_serial",
     "read_results",
     "record",
     "run_product",
@@ -392,20 +393,16 @@ def check_round(
         # keeps each writer's order (the log decides what committed: a write whose call
         # failed after its commit is in it); a claim a writer saw commit must be in it
         logged = _logged_claims(events, every)
-        commit_order = list(logged.values())
-        done = {c.cid for c in commit_order}
-        seqs = [tuple(c for c in inbox if c.cid in done) for inbox in inboxes]
         reported = {w["vid"] for r in results for w in r["writes"] if w["committed"]}
         lost = sorted(reported - set(logged))
         live = digest(canonical_json(beliefs(final, keys, probes, op)))
         n2: bool | None = bool(lost)
         if lost:
             details["N2"] = {"lost": lost}
-        elif serial_beliefs(op, commit_order, every) != live:
-            orders, complete = serial_orders(seqs, ALL_ORDERS)
-            hit = any(serial_beliefs(op, o, every) == live for o in orders)
-            n2 = None if not hit and not complete else not hit
-            details["N2"] = {"orders": len(orders), "complete": complete, "commit_order": False}
+        else:
+            n2, why = n2_serial(op, inboxes, list(logged.values()), live)
+            if why:
+                details["N2"] = why
         # N3: every value a writer believed after a commit is still in the final store
         keep: dict[str, set[str]] = {}
         for key in keys:
@@ -429,6 +426,24 @@ def check_round(
         return found, n2 is None, details
     finally:
         final.close()
+
+
+def n2_serial(
+    op: str, inboxes: Sequence[Sequence[SimClaim]], commit_order: Sequence[SimClaim], live: str
+) -> tuple[bool | None, dict[str, Any]]:
+    """N2 over the committed claims (`commit_order`, as the log holds them): False when some
+    serial order that keeps each writer's (inbox) order gives the belief hash `live`, True
+    when none does, None (undecided) when there are more orders than ALL_ORDERS and none of
+    those tried does. The commit order itself is tried first."""
+    every = [c for inbox in inboxes for c in inbox]
+    if serial_beliefs(op, commit_order, every) == live:
+        return False, {}
+    done = {c.cid for c in commit_order}
+    seqs = [tuple(c for c in inbox if c.cid in done) for inbox in inboxes]
+    orders, complete = serial_orders(seqs, ALL_ORDERS)
+    hit = any(serial_beliefs(op, o, every) == live for o in orders)
+    found = None if not hit and not complete else not hit
+    return found, {"orders": len(orders), "complete": complete, "commit_order": False}
 
 
 def _logged_claims(events: Sequence[Event], claims: Sequence[SimClaim]) -> dict[str, SimClaim]:
