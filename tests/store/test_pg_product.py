@@ -258,3 +258,57 @@ def test_cli_refuses_bad_grid_arguments_before_any_work(
 ) -> None:
     assert main(argv) != 0
     assert "error" in capsys.readouterr().err.lower()
+
+
+@pytest.mark.parametrize("level", [Isolation.READ_COMMITTED, Isolation.SNAPSHOT])
+def test_below_serializable_a_rule_write_racing_a_policy_change_is_still_serial(
+    pg_dsn: str, schema: str, level: Isolation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RULE reads the policy key without moving its head. Forced race: writer A has read the
+    partition (policy newest_valid_time), then B's set_policy (prefer_source agent1) commits,
+    then A commits. A decided under the policy it read; the final beliefs are those of the
+    serial order "A, then the policy change", not of the other order (docs/postgres.md)."""
+    from toki.algebra.rule import Policy
+
+    incumbent = SimClaim("user0:city", "Lisbon", start=5, recorded=2, source="agent0")
+    claim = SimClaim("user0:city", "Berlin", start=1, recorded=4, source="agent1")
+    every = [incumbent, claim]
+    keys, probes = P._keys(every), P._probes(every)
+    change = Policy("prefer_source", ("agent1",))
+    changed_at = P.BASE  # in force from before either claim was recorded
+
+    def serial(policy_first: bool) -> str:
+        mem = Memory()
+        P._prepare(mem, "RULE", keys)
+        mem.write(P.to_claim(incumbent), OPERATORS["RULE"])
+        if policy_first:
+            mem.set_policy(P.TENANT, "city", change, recorded_at=changed_at)
+        mem.write(P.to_claim(claim), OPERATORS["RULE"])
+        if not policy_first:
+            mem.set_policy(P.TENANT, "city", change, recorded_at=changed_at)
+        return digest(canonical_json(P.beliefs(mem, keys, probes, "RULE")))
+
+    assert serial(True) != serial(False)  # the race matters: the two orders differ
+    admin = Memory(PostgresStore(pg_dsn, schema=schema))
+    P._prepare(admin, "RULE", keys)
+    admin.write(P.to_claim(incumbent), OPERATORS["RULE"])
+    a = Memory(PostgresStore(pg_dsn, schema=schema), isolation=level)
+    b = Memory(PostgresStore(pg_dsn, schema=schema), isolation=level)
+    store_a = a._store
+    real_step = PostgresStore._step
+    fired: list[bool] = []
+
+    def step(self: PostgresStore, name: str, *args: Any) -> None:
+        if self is store_a and name == "head" and not fired:
+            b.set_policy(P.TENANT, "city", change, recorded_at=changed_at)
+            fired.append(True)
+        real_step(self, name, *args)
+
+    monkeypatch.setattr(PostgresStore, "_step", step)
+    a.write(P.to_claim(claim), OPERATORS["RULE"], allow_weaker_isolation=True)
+    monkeypatch.undo()
+    assert fired and a.write_stats.retries == 0  # the policy key's head is not moved by A
+    final = Memory(PostgresStore(pg_dsn, schema=schema))
+    assert digest(canonical_json(P.beliefs(final, keys, probes, "RULE"))) == serial(False)
+    for m in (admin, a, b, final):
+        m.close()
