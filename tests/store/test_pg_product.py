@@ -305,9 +305,10 @@ def test_below_serializable_a_rule_write_racing_a_policy_change_is_still_serial(
         real_step(self, name, *args)
 
     monkeypatch.setattr(PostgresStore, "_step", step)
-    a.write(P.to_claim(claim), OPERATORS["RULE"], allow_weaker_isolation=True)
+    d = a.write(P.to_claim(claim), OPERATORS["RULE"], allow_weaker_isolation=True)
     monkeypatch.undo()
     assert fired and a.write_stats.retries == 0  # the policy key's head is not moved by A
+    assert d.provenance.policy == P.POLICY.id  # the decision names the policy it read
     final = Memory(PostgresStore(pg_dsn, schema=schema))
     assert digest(canonical_json(P.beliefs(final, keys, probes, "RULE"))) == serial(False)
     for m in (admin, a, b, final):
