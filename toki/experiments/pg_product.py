@@ -187,7 +187,6 @@ def record(mem: Memory, c: SimClaim, d: Decision, claims: Sequence[SimClaim]) ->
     }
 
 
-
 def _write_inbox(index: int, barrier: Any, task: Mapping[str, Any]) -> dict[str, Any]:
     op: Operator = OPERATORS[task["operator"]]
     level = Isolation(task["level"])
