@@ -36,6 +36,7 @@ SOURCES = {
     "matrix": "python -m benchmarks.bench_matrix",
     "real": "python -m benchmarks.bench_real",
     "growth": "python -m benchmarks.bench_growth",
+    "writers": "python -m benchmarks.bench_writers",
 }
 
 ANCHOR_ELLE = "Jepsen Elle: ~100k-op histories in ~55-73 s on a 24-core Xeon (VLDB 2020, Fig. 4)"
@@ -259,10 +260,37 @@ def _rows_growth(d: dict[str, Any] | None) -> list[Row]:
     ]
 
 
+def _rows_writers(d: dict[str, Any] | None) -> list[Row]:
+    """Per operator: throughput with 1 and the most writers, and the per-key / global-lock
+    ratio on distinct keys and on one hot key (docs/postgres.md explains the ceiling)."""
+    if d is None:
+        return [Row("writers", "PostgreSQL writes/s against writer processes",
+                    missing("writers"), "—", "—")]
+    cells = {(c["operator"], c["workload"], c["writers"], c["path"]): c for c in d["cells"]}
+    most = max(c["writers"] for c in d["cells"])
+    out = []
+    for r in d["ratios"]:
+        if r["writers"] != most:
+            continue
+        one = cells.get((r["operator"], r["workload"], 1, "per-key"))
+        level = cells[(r["operator"], r["workload"], most, "per-key")]["level"]
+        out.append(Row(
+            "writers",
+            f"{r['operator']} at {level}, "
+            f"{'distinct keys' if r['workload'] == 'distinct' else 'one hot key'}: "
+            f"writes/s with 1 → {most} writer "
+            f"processes; per-key / global-lock at {most}",
+            f"{fmt(one['writes_per_s'] if one else None)} → {fmt(r['per_key_writes_per_s'])}; "
+            f"{fmt(r['ratio'])}",
+            "—", "—"))
+    return out
+
+
 def rows(results: dict[str, dict[str, Any] | None]) -> list[Row]:
     special = {"core": _rows_core, "algebra": _rows_algebra, "backends": _rows_backends,
                "sim": _rows_sim, "check": _rows_check, "proofs": _rows_proofs,
-               "history": _rows_history, "real": _rows_real, "growth": _rows_growth}
+               "history": _rows_history, "real": _rows_real, "growth": _rows_growth,
+               "writers": _rows_writers}
     out: list[Row] = []
     for name, data in results.items():
         fn = special.get(name)

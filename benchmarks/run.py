@@ -17,6 +17,7 @@ SCRIPTS = [
     "benchmarks.bench_proofs",
     "benchmarks.bench_matrix",
     "benchmarks.bench_real",
+    "benchmarks.bench_writers",
 ]
 
 

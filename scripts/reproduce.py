@@ -90,6 +90,11 @@ def parts(bench: bool) -> list[Part]:
              [toki_cmd("pg-grid", "--out", "verdict_matrix", "--doc", "docs/postgres.md")],
              skip=(None if toki_has("pg-grid") else "`toki pg-grid` is not available yet")
              or pg_reachable()),
+        Part("pg-product", "verdict_matrix/pg_product.json, the product table in docs/postgres.md",
+             [toki_cmd("pg-grid", "--product", "--out", "verdict_matrix",
+                       "--doc", "docs/postgres.md")],
+             skip=(None if toki_has("pg-grid") else "`toki pg-grid` is not available yet")
+             or pg_reachable()),
         # executed, not saved: the notebooks are committed executed by their authors; executing
         # regenerates notebooks/figures/ (tests/locomo/test_report.py then flags a LoCoMo
         # notebook whose inline figure no longer matches the file: re-save it).

@@ -620,12 +620,19 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
 
 def _cmd_pg_grid(args: argparse.Namespace) -> int:
     """TOKI's operators on a real PostgreSQL server beside the simulator (the real-database
-    grid); writes pg_grid.csv into --out and, with --doc FILE, regenerates its table."""
+    grid); writes pg_grid.csv into --out and, with --doc FILE, regenerates its table. With
+    --product: the library's own Memory.write in writer processes (toki.experiments.pg_product)."""
     from pathlib import Path
 
     from toki.experiments.pg_grid import OPERATORS, check_doc, run_grid, write_csv, write_doc
     from toki.store.postgres import default_dsn
 
+    if args.product:
+        return _cmd_pg_product(args)
+    args.levels = args.levels or "RC,RR,SER"
+    args.writers = args.writers or "2,4,8"
+    args.reps = 20 if args.reps is None else args.reps
+    args.claims = 1 if args.claims is None else args.claims
     writers = parse_ints("--writers", args.writers)
     operators = [x.strip().upper() for x in args.operators.split(",") if x.strip()]
     levels = list(dict.fromkeys(_pg_level(x) for x in parse_levels("--levels", args.levels)))
@@ -659,6 +666,66 @@ def _cmd_pg_grid(args: argparse.Namespace) -> int:
         _print_json({"csv": str(csv_path), "doc": None if doc is None else str(doc), "rows": rows})
     else:
         print(f"wrote {csv_path}" + (f" and the table in {doc}" if doc else ""))
+    return 0
+
+
+def _cmd_pg_product(args: argparse.Namespace) -> int:
+    """`toki pg-grid --product`: writer processes × operators × levels through Memory.write on
+    the server, N1/N2/N3 on the recorded history; pg_product.json into --out and, with --doc
+    FILE, the table between FILE's pg-product markers."""
+    import platform
+    from pathlib import Path
+
+    from toki.experiments import pg_product
+    from toki.isolation import Isolation
+    from toki.store.postgres import default_dsn
+
+    names = {level: name for name, level in pg_product.LEVELS.items()}
+    writers = parse_ints("--writers", args.writers or "2,4")
+    operators = [x.strip().upper() for x in args.operators.split(",") if x.strip()]
+    if not operators or set(operators) - set(pg_product.OPERATORS_ORDER):
+        raise InvalidInput("--operators", f"{args.operators!r}", "use some of LWW,EWM,AWAIT,RULE")
+    parsed = parse_levels("--levels", args.levels or ",".join(pg_product.LEVELS))
+    levels = list(
+        dict.fromkeys(
+            names[Isolation.SNAPSHOT if x is Isolation.REPEATABLE_READ else x] for x in parsed
+        )
+    )
+    rounds = 10 if args.reps is None else args.reps
+    claims = 2 if args.claims is None else args.claims
+    at_least("--reps", rounds, 1)
+    at_least("--claims", claims, 1)
+    doc = Path(args.doc) if args.doc else None
+    if doc is not None and pg_product.BEGIN not in doc.read_text(encoding="utf-8"):
+        raise InvalidInput("--doc", f"{doc}: no {pg_product.BEGIN} … {pg_product.END} markers")
+    dsn = args.dsn or default_dsn()
+    check_pg_room(dsn, writers)
+    out = out_dir(args.out, "pg-grid-product") / "pg_product.json"
+    total = len(operators) * len(levels) * len(writers) * rounds
+    with _progress(args, "pg-grid --product", "round", total) as bar:
+        rows = pg_product.run_product(
+            dsn,
+            operators=operators,
+            levels=levels,
+            writers=writers,
+            rounds=rounds,
+            seed=args.seed,
+            claims_per_writer=claims,
+            progress=bar.update,
+        )
+    meta = {
+        "command": f"toki pg-grid --product --reps {rounds} --writers "
+        f"{','.join(map(str, writers))} --claims {claims} --seed {args.seed}",
+        "python": f"Python {platform.python_version()}",
+        "machine": "shared 2-core machine",
+    }
+    pg_product.write_results(rows, out, meta)
+    if doc is not None:
+        pg_product.write_doc(pg_product.read_results(out), doc)
+    if args.json:
+        _print_json({"results": str(out), "doc": None if doc is None else str(doc), "rows": rows})
+    else:
+        print(f"wrote {out}" + (f" and the table in {doc}" if doc else ""))
     return 0
 
 
@@ -933,30 +1000,38 @@ def _build_parser() -> argparse.ArgumentParser:
 
     pgg = sub.add_parser("pg-grid", help="TOKI's operators on PostgreSQL beside the simulator")
     pgg.add_argument("--dsn", help="server (default $TOKI_PG_DSN or the local test server)")
-    pgg.add_argument("--reps", type=int, default=20, help="seeded schedules per cell")
+    pgg.add_argument(
+        "--product",
+        action="store_true",
+        help="the library's own Memory.write in writer processes on the server, N1/N2/N3 on "
+        "its recorded history (defaults: --reps 10 rounds, --writers 2,4, --levels "
+        "RU,RC,RR,SER, --claims 2; writes pg_product.json)",
+    )
+    pgg.add_argument(
+        "--reps", type=int, help="seeded schedules (rounds) per cell (default 20; --product 10)"
+    )
     pgg.add_argument(
         "--writers",
-        default="2,4,8",
-        help="comma-separated writer counts (each needs a connection; the server's "
-        "max_connections is checked first)",
+        help="comma-separated writer counts (default 2,4,8; --product 2,4; each needs a "
+        "connection: the server's max_connections is checked first)",
     )
     pgg.add_argument(
         "--operators", default="LWW,EWM,AWAIT,RULE", help="comma-separated, from LWW,EWM,AWAIT,RULE"
     )
     pgg.add_argument(
         "--levels",
-        default="RC,RR,SER",
-        help="comma-separated levels PostgreSQL runs: read committed, repeatable read (= SI), "
+        help="comma-separated levels (default RC,RR,SER; --product RU,RC,RR,SER) PostgreSQL "
+        "runs: read committed, repeatable read (= SI), "
         "serializable, in any spelling toki reads (RC, rr, SI, serializable, ...)",
     )
-    pgg.add_argument("--claims", type=int, default=1, help="claims per writer")
+    pgg.add_argument("--claims", type=int, help="claims per writer (default 1; --product 2)")
     pgg.add_argument("--seed", type=int, default=0, help="seed of rep 0 (rep i uses seed + i)")
-    pgg.add_argument("--out", help=_OUT_HELP + " for pg_grid.csv")
+    pgg.add_argument("--out", help=_OUT_HELP + " for pg_grid.csv (--product: pg_product.json)")
     pgg.add_argument(
         "--doc",
         metavar="FILE",
-        help="also regenerate the table between the pg-grid markers of FILE "
-        "(make reproduce passes docs/postgres.md)",
+        help="also regenerate the table between the pg-grid (--product: pg-product) markers "
+        "of FILE (make reproduce passes docs/postgres.md)",
     )
     pgg.add_argument("--json", action="store_true", help="machine-readable output")
     pgg.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -30,11 +30,13 @@ class Memory(Queries, LifecycleOps):
         url: str,
         *,
         clock: Clock | None = None,
-        isolation: Isolation = Isolation.SERIALIZABLE,
+        isolation: Isolation | None = None,
         repair_projection: bool = False,
     ) -> Memory:
         """Open 'memory://', 'sqlite:///path.db' or 'postgresql://…'. Opening checks the log's
-        chain and reconciles the projection; see docs/integrity.md for repair_projection."""
+        chain and reconciles the projection; see docs/integrity.md for repair_projection.
+        isolation=None: on PostgreSQL each write runs at its operator's declared level (the
+        one-writer stores are serial); a level forces that level (see Memory.__init__)."""
         return cls(
             open_store(url),
             clock=clock,

@@ -170,9 +170,34 @@ CREATE TABLE IF NOT EXISTS toki_adjudicated (
 
 def _migration_1(cur: psycopg.Cursor[Any]) -> None:
     """Events, versions, the per-key summary and the adjudicated projection."""
-    cur.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
+    _create_btree_gist(cur)
     cur.execute(_M1)
     cur.execute("INSERT INTO toki_meta VALUES ('watermark', '0') ON CONFLICT DO NOTHING")
+
+
+def _create_btree_gist(cur: psycopg.Cursor[Any]) -> None:
+    """btree_gist in `public` where the role may create there: an extension created while
+    toki's schema is first on the search_path lives in that schema, and `DROP SCHEMA …
+    CASCADE` of it then drops the extension and, with it, every other schema's EXCLUDE
+    constraint. A role without CREATE on public (PostgreSQL 15+ grants it to the database
+    owner only) gets it in toki's schema, as before. Two stores migrating at once may both
+    try to create it; the loser's unique violation is ignored."""
+    for statement in (
+        "CREATE EXTENSION IF NOT EXISTS btree_gist WITH SCHEMA public",
+        "CREATE EXTENSION IF NOT EXISTS btree_gist",
+    ):
+        try:
+            with cur.connection.transaction():  # a savepoint
+                cur.execute(statement.encode())
+            return
+        except (pg_errors.UniqueViolation, pg_errors.DuplicateObject):
+            return  # created concurrently by another migration
+        except pg_errors.InsufficientPrivilege:
+            continue
+    raise StoreError(
+        "btree_gist: this role may not create the extension, in public or in toki's schema "
+        "(CREATE EXTENSION btree_gist once as a database owner)"
+    )
 
 
 _M2 = """
