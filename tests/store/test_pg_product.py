@@ -204,12 +204,12 @@ def test_btree_gist_outlives_the_schema_that_created_it(pg_dsn: str) -> None:
 def test_cli_product_json_rows(
     pg_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "product.json"
     code = main(
         ["pg-grid", "--product", "--operators", "LWW", "--levels", "RC", "--writers", "2",
-         "--reps", "1", "--claims", "1", "--seed", str(SEED), "--out", str(out), "--doc", "",
+         "--reps", "1", "--claims", "1", "--seed", str(SEED), "--out", str(tmp_path),
          "--json"]
     )  # fmt: skip
+    out = tmp_path / "pg_product.json"
     assert code == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["operator"], r["level"], r["writers"], r["claims"]) for r in rows] == [
