@@ -93,13 +93,43 @@ def grid(budget: int, workloads: list[str] | None = None) -> list[dict[str, Any]
     return rows
 
 
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report's figures (benchmarks/README.md), derived from the rows; a hit is one
+    (schedule, anomaly) pair."""
+
+    def hits(keep: Any) -> int:
+        return sum(sum(r["anomalies"].values()) for r in rows if keep(r))
+
+    def declared(r: dict[str, Any]) -> bool:
+        return bool(r["level"] == OPERATORS[_op(r["system"])].requires.value)
+
+    return {
+        "cells": len(rows),
+        "cells_exhausted": sum(r["exhausted"] for r in rows),
+        "schedules": sum(r["schedules"] for r in rows),
+        "anomaly_hits_at_declared_level": hits(
+            lambda r: declared(r) and "nohead" not in r["system"]
+        ),
+        "anomaly_hits_one_level_below": hits(
+            lambda r: not declared(r) and "nohead" not in r["system"]
+        ),
+        "anomaly_hits_without_head_at_read_committed": hits(
+            lambda r: "nohead" in r["system"] and r["level"] == "read_committed"
+        ),
+    }
+
+
+def _op(system: str) -> str:
+    return system.split("-")[2].upper()
+
+
 def render(data: dict[str, Any]) -> str:
     """The docs block: one line per (system, level), summed over the workloads."""
     lines = [
         BEGIN,
-        f"DPOR, budget {data['budget']} schedules per cell "
-        + "".join(f"({w}: {b}) " for w, b in sorted(data["sampled"].items()))
-        + f"judge seeds 0 (live) and 1 (recovery), workloads: {', '.join(data['workloads'])}. "
+        f"DPOR, budget {data['budget']} schedules per cell"
+        + "".join(f" ({w}: {b})" for w, b in sorted(data["sampled"].items()))
+        + f"; judge seeds 0 (live) and 1 (recovery); workloads: {', '.join(data['workloads'])}. "
         "`exhausted`: in how many workloads DPOR enumerated every class within the budget; "
         "the anomaly columns count schedules, summed over the workloads.",
         "",
@@ -144,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             "sampled": SAMPLED,
             "workloads": sorted(SCENARIOS),
             "rows": rows,
+            "summary": summarize(rows),
         }
         write_results("toki_lib", data)
     if args.docs:

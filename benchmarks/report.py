@@ -36,6 +36,7 @@ SOURCES = {
     "matrix": "python -m benchmarks.bench_matrix",
     "real": "python -m benchmarks.bench_real",
     "growth": "python -m benchmarks.bench_growth",
+    "toki_lib": "python -m benchmarks.bench_toki_lib --docs docs/exploration.md",
 }
 
 ANCHOR_ELLE = "Jepsen Elle: ~100k-op histories in ~55-73 s on a 24-core Xeon (VLDB 2020, Fig. 4)"
