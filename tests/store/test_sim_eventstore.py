@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from toki import Memory
 from toki.algebra import OPERATORS, RULE
 from toki.algebra.rule import UnknownPolicy
-from toki.errors import SerializationFailure, StoreError, WriteConflict
+from toki.errors import IsolationViolation, SerializationFailure, StoreError, WriteConflict
 from toki.isolation import Isolation
 from toki.sim.engine import Execution
 from toki.sim.program import Abort, Begin, Commit, Local, Select, UpdateWhere, Write
@@ -183,3 +183,11 @@ def test_the_judge_is_a_step_between_the_read_and_the_writes() -> None:
     step = steps.send(partition)
     assert isinstance(step, Local) and step.name == "judge"
     assert isinstance(steps.send(None), UpdateWhere)
+
+
+def test_a_level_below_the_operators_precondition_needs_the_explicit_experiment() -> None:
+    memory = Memory(SimEventStore(Isolation.SNAPSHOT), isolation=Isolation.SNAPSHOT)
+    with pytest.raises(IsolationViolation):
+        next(memory.write_steps(claim_of(CLAIM), OPERATORS["EWM"]))
+    steps = memory.write_steps(claim_of(CLAIM), OPERATORS["EWM"], allow_weaker_isolation=True)
+    assert isinstance(next(steps), Begin)  # then it really runs at SNAPSHOT
