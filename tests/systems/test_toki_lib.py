@@ -76,8 +76,10 @@ def test_without_the_head_update_snapshot_isolation_still_protects_the_key() -> 
     assert all(report["anomalies"].get(a, 0) == 0 for a in ANOMALIES), report
 
 
-def test_a_crash_inside_a_write_leaves_no_anomaly() -> None:
-    report = _explore("toki-lib-lww", "manager", Isolation.READ_COMMITTED, crash_budget=1)
+@pytest.mark.parametrize("op", sorted(OPERATORS))
+def test_a_crash_inside_a_write_leaves_no_anomaly(op: str) -> None:
+    """One crash per agent, between any two steps (the engine rolls the transaction back)."""
+    report = _explore(f"toki-lib-{op.lower()}", "manager", OPERATORS[op].requires, crash_budget=1)
     assert report["exhausted"] and report["crash_budget"] == 1
     assert all(report["anomalies"].get(a, 0) == 0 for a in ANOMALIES), report
 
