@@ -37,6 +37,7 @@ SOURCES = {
     "real": "python -m benchmarks.bench_real",
     "growth": "python -m benchmarks.bench_growth",
     "writers": "python -m benchmarks.bench_writers",
+    "toki_lib": "python -m benchmarks.bench_toki_lib --docs docs/exploration.md",
 }
 
 ANCHOR_ELLE = "Jepsen Elle: ~100k-op histories in ~55-73 s on a 24-core Xeon (VLDB 2020, Fig. 4)"

@@ -38,7 +38,7 @@ from toki.model import source_hash_of as _source_hash_of
 from toki.partition import Partition
 from toki.projection import ReconcileReport, reconcile
 from toki.replay import KeyState, KeySummary, Snapshot, replay
-from toki.store.base import EventStore
+from toki.store.base import EventStore, Steps, drive, transact_steps
 from toki.store.memory import InMemoryStore
 from toki.time import BoundSource, Interval, TimeLike, parse_instant
 
@@ -231,9 +231,22 @@ class MemoryBase:
         build: Callable[[Partition], list[Event]],
         level: Isolation = Isolation.READ_COMMITTED,
     ) -> list[Event]:
+        """The one commit point (see `_write_steps`), run to completion."""
+        return drive(self._write_steps(keys, build, level))
+
+    def _write_steps(
+        self,
+        keys: Iterable[FactKey],
+        build: Callable[[Partition], list[Event]],
+        level: Isolation = Isolation.READ_COMMITTED,
+    ) -> Steps[list[Event]]:
         """The one commit point: the store's transaction shell reads the partition of `keys`,
         `build` decides from it alone, the shell appends and commits; only then are the
-        events folded into this Memory (a failed write leaves it exactly as it was)."""
+        events folded into this Memory (a failed write leaves it exactly as it was).
+
+        A generator: on a store whose transaction shell is itself a generator of simulator
+        statements (`toki.store.sim`), every statement is yielded to the agent driving this
+        write; on every other store it yields nothing (`drive` runs it)."""
         made: list[Event] = []
 
         def plan(
@@ -247,7 +260,7 @@ class MemoryBase:
         wanted = frozenset(keys)
         with self._writer:
             if self._concurrent:
-                retries = self._store.transact(wanted, level, plan)
+                retries = yield from transact_steps(self._store, wanted, level, plan)
                 self._retries += retries
                 if made:
                     self._writes += 1

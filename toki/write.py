@@ -30,6 +30,7 @@ from toki.model import (
 )
 from toki.partition import Partition
 from toki.replay import KeyState
+from toki.store.base import Steps, drive
 from toki.time import BoundSource, Interval, TimeLike, format_instant
 
 __all__ = ["WritePath"]
@@ -127,6 +128,30 @@ class WritePath(MemoryBase):
         reused, never re-asked, when the same question comes up again (log_judge=False
         switches the keyed log off, to model baselines).
         """
+        return drive(
+            self.write_steps(
+                claim,
+                operator,
+                judge=judge,
+                log_judge=log_judge,
+                allow_weaker_isolation=allow_weaker_isolation,
+                semantic_gate=semantic_gate,
+            )
+        )
+
+    def write_steps(
+        self,
+        claim: Claim,
+        operator: Operator | None = None,
+        *,
+        judge: Judge | None = None,
+        log_judge: bool = True,
+        allow_weaker_isolation: bool = False,
+        semantic_gate: bool = False,
+    ) -> Steps[Decision]:
+        """`write` as a generator of the store's statements: what a simulator agent runs
+        (`decision = yield from memory.write_steps(claim)` over `toki.store.sim`), so that
+        the scheduler interleaves this very code path. `write` is this, driven to its end."""
         if not isinstance(claim, Claim):
             raise InvalidInput("claim", f"expected a toki.Claim, got {type(claim).__name__}")
         op = operator if operator is not None else self.operator_for(claim.key)
@@ -190,7 +215,7 @@ class WritePath(MemoryBase):
                 self._close_losers(p, claim.key, decision, recorded, pending, reason=op.name)
             return pending
 
-        self._write(keys, build, level)
+        yield from self._write_steps(keys, build, level)
         return replace(result[0], claim_id=version.id)
 
     def _judge_events(self, p: Partition, ctx: ResolveContext, pending: list[Event]) -> None:

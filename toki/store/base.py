@@ -7,9 +7,9 @@ to keep what it is given, atomically, and hand it back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from toki.errors import IntegrityError, StoreError
 from toki.isolation import Isolation
@@ -17,7 +17,23 @@ from toki.log import Event, event_from_record
 from toki.model import FactKey
 from toki.replay import KeySummary
 
-__all__ = ["ALL_SEQS", "EventStore", "Plan", "open_store", "sqlite_path"]
+__all__ = [
+    "ALL_SEQS",
+    "EventStore",
+    "Plan",
+    "Steps",
+    "drive",
+    "open_store",
+    "sqlite_path",
+    "transact_steps",
+]
+
+T = TypeVar("T")
+
+Steps = Generator[Any, Any, T]
+"""A write as a generator: it yields the statements of a simulated store's transaction shell
+(`toki.store.sim`) to the simulator agent driving it, receives each one's result, and returns
+its value. On every other store it yields nothing."""
 
 Plan = Callable[[Sequence[Event], int], tuple[Sequence[Event], Mapping[FactKey, KeySummary]]]
 """A write's decision: (its partition's events, base seq) → (events to append, projection rows).
@@ -73,6 +89,32 @@ class EventStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def transact_steps(
+    store: EventStore, keys: frozenset[FactKey], level: Isolation, plan: Plan
+) -> Steps[int]:
+    """`store.transact(keys, level, plan)`, or its statements one by one when the store's
+    shell is a generator (`transact_steps`: the simulator's store); returns the retries."""
+    steps = getattr(store, "transact_steps", None)
+    if steps is None:
+        return store.transact(keys, level, plan)
+    retries: int = yield from steps(keys, level, plan)
+    return retries
+
+
+def drive(steps: Steps[T]) -> T:
+    """Run a write that yields no statement (every store but the simulator's) to its end."""
+    try:
+        step = next(steps)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    steps.close()
+    raise StoreError(
+        f"store: this write's store runs its statements as simulator steps ({step!r} was "
+        "the first): drive it from an agent with `yield from memory.write_steps(...)` "
+        "(toki.store.sim), not with memory.write(...)"
+    )
 
 
 def open_store(url: str) -> EventStore:

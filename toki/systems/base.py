@@ -88,11 +88,14 @@ class SimJudge:
 
 @dataclass(frozen=True, slots=True)
 class AgentContext:
-    """What an agent may use besides the store: its index, the judge, shared fault switches."""
+    """What an agent may use besides the store: its index, the judge, shared fault switches,
+    and the level the program's store runs at (a model that opens a real `Memory` over the
+    simulated store, `toki.systems.toki_lib`, runs its writes at that level)."""
 
     index: int
     judge: SimJudge
     switches: dict[str, Any] = field(default_factory=dict)
+    level: Isolation | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +226,7 @@ def build_program(
         switches: dict[str, Any] = {}
         views = [_Inbox(inbox) for inbox in inboxes]
         agents = tuple(
-            _survive(system.agent(view, AgentContext(i, the_judge, switches)), view)
+            _survive(system.agent(view, AgentContext(i, the_judge, switches, chosen)), view)
             for i, view in enumerate(views)
         )
         faults = tuple(_fault(name, inboxes, switches) for name in workload.faults)

@@ -16,11 +16,12 @@ from toki.systems.mem0 import Mem0AddOnly, Mem0Judge
 from toki.systems.memoryos import MemoryOSModel
 from toki.systems.memos import MemOSModel
 from toki.systems.mirix import MirixModel
+from toki.systems.toki_lib import TokiLibrary
 from toki.systems.toki_model import TokiModel
 from toki.systems.worlddb import WorldDBModel
 from toki.systems.zep import ZepCEModel
 
-__all__ = ["SYSTEMS", "get_system", "register"]
+__all__ = ["LIBRARY", "SYSTEMS", "get_system", "register"]
 
 SYSTEMS: dict[str, Callable[[], SystemModel]] = {
     "toki": lambda: TokiModel("EWM"),  # the full configuration: EWM + keyed log at SI
@@ -46,15 +47,33 @@ SYSTEMS: dict[str, Callable[[], SystemModel]] = {
 }
 
 
+LIBRARY: dict[str, Callable[[], SystemModel]] = {
+    "toki-lib": lambda: TokiLibrary("EWM"),
+    "toki-lib-lww": lambda: TokiLibrary("LWW"),
+    "toki-lib-ewm": lambda: TokiLibrary("EWM"),
+    "toki-lib-await": lambda: TokiLibrary("AWAIT"),
+    "toki-lib-rule": lambda: TokiLibrary("RULE"),
+    "toki-lib-ewm-nolog": lambda: TokiLibrary("EWM", keyed_log=False),
+    "toki-lib-lww-nohead": lambda: TokiLibrary("LWW", head_check=False),
+    "toki-lib-ewm-nohead": lambda: TokiLibrary("EWM", head_check=False),
+    "toki-lib-await-nohead": lambda: TokiLibrary("AWAIT", head_check=False),
+    "toki-lib-rule-nohead": lambda: TokiLibrary("RULE", head_check=False),
+}
+"""The library itself under the simulator (`Memory.write` over toki.store.sim), by name, for
+`toki explore --system`. Not (yet) rows of the verdict matrix, whose "all" is `SYSTEMS`."""
+
+
 def register(name: str, factory: Callable[[], SystemModel]) -> None:
     """Add a model (other modules call this at import; see toki/systems/__init__.py)."""
     SYSTEMS[name] = factory
 
 
 def get_system(name: str) -> SystemModel:
-    try:
-        return SYSTEMS[name]()
-    except KeyError:
+    factory = SYSTEMS.get(name) or LIBRARY.get(name)
+    if factory is None:
         raise InvalidInput(
-            "system", f"unknown system {name!r}", f"use one of {', '.join(sorted(SYSTEMS))}"
-        ) from None
+            "system",
+            f"unknown system {name!r}",
+            f"use one of {', '.join(sorted([*SYSTEMS, *LIBRARY]))}",
+        )
+    return factory()

@@ -326,18 +326,23 @@ def decide(
     if cur["value"] is None:
         return dict(mine), new_evidence
     if cur["value"] == mine["value"]:
+        if op == "RULE" and _rule_rank(mine) > _rule_rank(cur):
+            # an agreeing claim with a newer valid time is what a later contradiction is
+            # ranked against (the library keeps both versions and ranks the newest)
+            return dict(mine), new_evidence
         return dict(cur), new_evidence
     if op == "EWM":
         wins = _ev_key(new_evidence.get(mine["value"])) > _ev_key(new_evidence.get(cur["value"]))
     elif op == "RULE":
-        wins = (mine["start"], mine["recorded"], mine["cid"]) > (
-            cur["start"],
-            cur["recorded"],
-            cur["cid"],
-        )
+        wins = _rule_rank(mine) > _rule_rank(cur)
     else:
         wins = _newer(mine, cur)
     return (dict(mine) if wins else dict(cur)), new_evidence
+
+
+def _rule_rank(row: Mapping[str, Any]) -> tuple[int, int, str]:
+    """RULE's newest_valid_time order: (valid start, recorded, id)."""
+    return (int(row["start"]), int(row["recorded"]), str(row["cid"]))
 
 
 def _credit(
