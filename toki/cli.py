@@ -758,7 +758,7 @@ RELAY_BUDGET = 20_000
 def _build_parser() -> argparse.ArgumentParser:
     from toki import __version__
     from toki.sim.workload import SCENARIOS
-    from toki.systems.registry import SYSTEMS
+    from toki.systems.registry import LIBRARY, SYSTEMS
 
     parser = argparse.ArgumentParser(
         prog="toki",
@@ -808,9 +808,13 @@ def _build_parser() -> argparse.ArgumentParser:
     exp.add_argument(
         "--system",
         default="toki",
-        choices=sorted(SYSTEMS),
+        choices=sorted([*SYSTEMS, *LIBRARY]),
         metavar="SYSTEM",
-        help="a model (docs/systems.md): " + ", ".join(sorted(SYSTEMS)) + " (default toki)",
+        help="a model (docs/systems.md): "
+        + ", ".join(sorted(SYSTEMS))
+        + "; or the library's own write path (docs/exploration.md §6): "
+        + ", ".join(sorted(LIBRARY))
+        + " (default toki)",
     )
     exp.add_argument(
         "--strategy",
