@@ -279,10 +279,56 @@ def test_promote_then_rollback_restores_the_state_hash(
     )
     mem.promote(config, recorded_at=BASE + timedelta(days=30))
     assert mem.state_hash() == refold(mem.events(), config).state_hash()
-    assert [mem.current(k) for k in KEYS] == [refold(mem.events(), config, clock=fixed_clock).current(k) for k in KEYS]
+    assert [mem.current(k) for k in KEYS] == [
+        refold(mem.events(), config, clock=fixed_clock).current(k) for k in KEYS
+    ]
     mem.rollback(recorded_at=BASE + timedelta(days=31))
     assert mem.state_hash() == before
     assert [mem.current(k) for k in KEYS] == answers
     assert mem.resolve_at(KEYS[0], system_as_of=BASE + timedelta(days=30, hours=1)) == (
         refold(mem.events(), config, clock=fixed_clock).resolve_at(KEYS[0])
     )
+
+
+claim_spec = st.lists(
+    st.tuples(st.sampled_from(["s0", "s1", "s2"]), st.sampled_from(["a", "b", "c", "d"])),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=60)
+@given(claim_spec)
+def test_promoting_a_rule_policy_is_the_proofs_policy_transaction(
+    claims: list[tuple[str, str]],
+) -> None:
+    """One key, one valid-time point (the encoding's model): under π0 the claims are decided
+    as they arrive; set_policy(π1) re-decides nothing; promote(π1) serves the best claim
+    under π1 (source rank, then recorded_at, then id), what the policy transaction leaves."""
+    from toki.algebra import RULE
+
+    pi0, pi1 = Policy("prefer_source", ("s0", "s1")), Policy("prefer_source", ("s1", "s0"))
+    mem = Memory(clock=fixed_clock)
+    mem.configure("city", RULE)
+    mem.set_policy("acme", "city", pi0, recorded_at=BASE - timedelta(days=1))
+    for i, (source, value) in enumerate(claims):
+        mem.write(
+            Claim(CITY, value, source, "2025-01-01T00:00:00Z", None, BASE + timedelta(hours=i))
+        )
+    served = mem.current(CITY)
+    mem.set_policy("acme", "city", pi1, recorded_at=BASE + timedelta(days=1))
+    assert mem.current(CITY) == served
+    rank = {"s1": 0, "s0": 1}
+    best = max(
+        (
+            mem.version(e.version_ids[0])
+            for e in mem.events()
+            if e.kind.value == "ASSERT" and e.body.get("claim")
+        ),
+        key=lambda v: (-rank.get(v.source_id, 2), v.recorded_at, v.id),
+    )
+    mem.promote(
+        Config(operators=(("city", "RULE"),), policies=(("acme", "city", pi1),)),
+        recorded_at=BASE + timedelta(days=2),
+    )
+    assert mem.current(CITY).value == best.value
