@@ -332,3 +332,21 @@ def test_promoting_a_rule_policy_is_the_proofs_policy_transaction(
         recorded_at=BASE + timedelta(days=2),
     )
     assert mem.current(CITY).value == best.value
+
+
+def test_promote_and_rollback_on_every_backend(mem: Memory) -> None:
+    _late_old_claim(mem)
+    before = mem.state_hash()
+    newest = Config(
+        operators=(("city", "RULE"),), policies=(("acme", "city", Policy("newest_valid_time")),)
+    )
+    mem.promote(newest, recorded_at="2026-02-01T00:00:00Z")
+    assert mem.current(CITY, consumer="q").value == "Berlin"
+    mem.rollback(recorded_at="2026-03-01T00:00:00Z")
+    assert mem.current(CITY).value == "Lisbon" and mem.state_hash() == before
+    assert mem.resolve_at(CITY, system_as_of="2026-02-15T00:00:00Z").value == "Berlin"
+    (read,) = mem.consumed_by("q")
+    assert read.config_id == newest.id and read.answer.value == "Berlin"
+    again = Memory(mem._store, clock=fixed_clock)  # what another process opening it sees
+    assert again.config_in_force() is None
+    assert again.config_in_force("2026-02-15T00:00:00Z") == newest
