@@ -350,3 +350,46 @@ def test_promote_and_rollback_on_every_backend(mem: Memory) -> None:
     again = Memory(mem._store, clock=fixed_clock)  # what another process opening it sees
     assert again.config_in_force() is None
     assert again.config_in_force("2026-02-15T00:00:00Z") == newest
+
+
+def test_a_correction_with_no_counterpart_in_the_fold_is_reported() -> None:
+    """LWW cut Lisbon around Berlin's two months; a person then revoked the right-hand piece.
+    Under AWAIT Berlin is only held, nothing is cut, and that revocation has no counterpart:
+    the shadow lists it and the gate fails (rather than silently dropping a correction)."""
+    mem = Memory(clock=fixed_clock)
+    mem.write(Claim(CITY, "Lisbon", "a", "2025-01-01T00:00:00Z", None, "2026-01-01T00:00:00Z"))
+    mem.write(
+        Claim(
+            CITY,
+            "Berlin",
+            "b",
+            "2025-03-01T00:00:00Z",
+            "2025-05-01T00:00:00Z",
+            "2026-01-02T00:00:00Z",
+        )
+    )
+    (piece,) = mem.revoke_value(
+        CITY,
+        "Lisbon",
+        valid_at="2025-06-01T00:00:00Z",
+        reason="moved",
+        recorded_at="2026-01-03T00:00:00Z",
+    )
+    assert mem.version(piece).supersedes is not None  # a piece LWW cut
+    report = mem.shadow(Config(operators=(("city", "AWAIT"),)), valid_at="2025-06-01T00:00:00Z")
+    assert not report.ok and len(report.notes) == 1 and piece in report.notes[0][1]
+    assert mem.shadow(mem.current_config()).notes == ()  # under LWW the piece exists again
+
+
+def test_a_configuration_file_of_the_wrong_shape_is_refused(tmp_path: Path) -> None:
+    for text in (
+        'operators = "EWM"\n',
+        "policies = 3\n",
+        '[scope_chains]\ncity = "global"\n',
+        "[operators]\ncity = 7\n",
+        '[policies.acme]\ncity = "newest"\n',
+    ):
+        path = tmp_path / "c.toml"
+        path.write_text(text)
+        with pytest.raises(TokiError):
+            Config.from_toml(path)

@@ -32,7 +32,7 @@ from toki.memory_base import LOG_KEY, POLICY_SUBJECT, UNKNOWN
 from toki.model import Claim, FactKey, FactVersion, Resolution, Scope
 from toki.partition import Partition
 from toki.queries import _resolve_in
-from toki.replay import Snapshot
+from toki.replay import KeyState, Snapshot
 from toki.time import BoundSource, TimeLike, format_instant
 
 if TYPE_CHECKING:
@@ -138,6 +138,9 @@ class Config:
         except tomllib.TOMLDecodeError as exc:
             raise InvalidInput("--config", f"{path} is not valid TOML: {exc}") from exc
         policies = []
+        for table in ("policies", "scope_chains"):
+            if not isinstance(data.get(table, {}), dict):
+                raise InvalidInput(table, "must be a table")
         for tenant, by_key in dict(data.get("policies", {})).items():
             if not isinstance(by_key, dict):
                 raise InvalidInput(f"policies.{tenant}", "must be a table of fact_key = policy")
@@ -151,8 +154,11 @@ class Config:
         for fact_key, chain in chains.items():
             if not isinstance(chain, list) or not all(isinstance(s, str) for s in chain):
                 raise InvalidInput(f"scope_chains.{fact_key}", "must be a list of scope names")
+        operators = data.get("operators", {})
+        if not isinstance(operators, dict):
+            raise InvalidInput("operators", "must be a table of fact_key = operator name")
         return cls(
-            operators=tuple((str(f), str(o)) for f, o in dict(data.get("operators", {})).items()),
+            operators=tuple((str(f), o) for f, o in operators.items()),
             policies=tuple(policies),
             scope_chains=tuple((str(f), tuple(c)) for f, c in chains.items()),
             default=data.get("default"),
@@ -203,11 +209,30 @@ def refold(events: Iterable[Event], config: Config, *, clock: Any = None) -> Mem
                 middles.update(n for n in new if _supersedes(versions, n) is None)
     for e in ordered:
         try:
-            _rerun(fresh, e, config, logged_op, user_supersede, middles, overridden)
+            _rerun(fresh, e, config, logged_op, user_supersede, middles, overridden, versions)
         except TokiError as exc:
             notes.append((e.seq, f"{e.kind.value} {e.key}: {exc}"))
     fresh.refold_notes = tuple(notes)
     return fresh
+
+
+def _cut_from_revoked(
+    state: KeyState | None, versions: Mapping[str, FactVersion], vid: str
+) -> bool:
+    """Whether `vid` repeats (same value and source) a version this fold has revoked: its
+    REVOKE was the cascade of that one's (Memory.revoke revokes the pieces cut from it)."""
+    piece = versions.get(vid)
+    while piece is not None and piece.supersedes is not None:
+        parent = versions.get(piece.supersedes)
+        if parent is None or (parent.value_json, parent.source_id) != (
+            piece.value_json,
+            piece.source_id,
+        ):
+            return False
+        if state is not None and parent.id in state.versions and state.is_revoked(parent.id):
+            return True
+        piece = parent
+    return False
 
 
 def _supersedes(versions: Mapping[str, FactVersion], vid: str) -> str | None:
@@ -223,8 +248,10 @@ def _rerun(
     user_supersede: Mapping[str, str],
     middles: set[str],
     overridden: set[tuple[str, str]],
+    versions: Mapping[str, FactVersion],
 ) -> None:
-    """Re-run one logged input on `fresh`; derived events are skipped."""
+    """Re-run one logged input on `fresh`; derived events are skipped; an input with no
+    counterpart in this fold raises (refold lists it)."""
     from toki.lifecycle import _bound
 
     kind = e.kind
@@ -284,13 +311,18 @@ def _rerun(
         # else: a piece a decision or a segment cut: derived, decided again
     elif kind is EventKind.REVOKE:
         vid = str(e.body["version"])
-        if "token" in e.body:
+        state = fresh._state(e.key)
+        if "token" in e.body:  # a rejection: only if this fold held the claim too
             if str(e.body["token"]) in fresh._snapshot.holds:
                 fresh.reject(str(e.body["token"]), recorded_at=e.recorded_at)
-        elif fresh._snapshot.version(vid) is not None:
-            state = fresh._state(e.key)
-            if state is not None and not state.is_revoked(vid):
+        elif state is not None and vid in state.versions:
+            if not state.is_revoked(vid):  # else: revoked with the version it was cut from
                 fresh.revoke(vid, recorded_at=e.recorded_at, reason=str(e.body["reason"]))
+        elif not _cut_from_revoked(state, versions, vid):
+            raise LifecycleError(
+                f"the log revokes {vid}, a piece the old decisions cut that this fold never "
+                "made: the correction has no counterpart here"
+            )
     elif kind is EventKind.CONFIRM and str(e.body.get("token")) in fresh._snapshot.holds:
         fresh.confirm(str(e.body["token"]), recorded_at=e.recorded_at)
 
