@@ -393,3 +393,29 @@ def test_a_configuration_file_of_the_wrong_shape_is_refused(tmp_path: Path) -> N
         path.write_text(text)
         with pytest.raises(TokiError):
             Config.from_toml(path)
+
+
+@settings(max_examples=25)
+@given(st.integers(0, 10_000), st.lists(st.sampled_from(["a", "b", "c"]), min_size=2, max_size=6))
+def test_a_judged_store_shadows_without_difference_given_its_judge(
+    seed: int, values: list[str]
+) -> None:
+    """EWM with an LLM-like judge (fresh randomness per call): the shadow under the current
+    configuration reads every verdict from the keyed log, so nothing differs."""
+    from toki.algebra import EWM
+    from toki.judge import StochasticJudge
+
+    mem = Memory(clock=fixed_clock)
+    mem.configure("city", EWM)
+    live_judge = StochasticJudge(0.5, stream_seed=seed)
+    for i, value in enumerate(values):
+        at = BASE + timedelta(hours=i)
+        mem.write(Claim(CITY, value, f"s{i}", "2025-01-01T00:00:00Z", None, at), judge=live_judge)
+    again = StochasticJudge(0.5, stream_seed=seed + 1)  # other randomness: must not be asked
+    report = mem.shadow(mem.current_config(), valid_at=BASE, judge=again)
+    assert report.differences == () and again.calls == 0
+    assert live_judge.calls > 0 or len(set(values)) == 1
+    # the verdicts are part of the state (the decisions' provenance): reproduced exactly
+    assert refold(mem.events(), mem.current_config(), judge=again).state_hash() == (
+        mem.state_hash()
+    )

@@ -26,7 +26,7 @@ from toki.algebra.rule import Policy
 from toki.canonical import canonical_json, digest
 from toki.consumption import ConsumptionOps, resolution_json, same_answer
 from toki.errors import InvalidInput, InvalidTime, LifecycleError, TokiError
-from toki.judge import JudgeLog
+from toki.judge import Judge, JudgeLog
 from toki.log import CONFIG_KEY, Event, EventKind
 from toki.memory_base import LOG_KEY, POLICY_SUBJECT, UNKNOWN
 from toki.model import Claim, FactKey, FactVersion, Resolution, Scope
@@ -175,11 +175,14 @@ def _need_operator(name: object, field: str) -> Operator:
 # -- the fold under a configuration -----------------------------------------------------
 
 
-def refold(events: Iterable[Event], config: Config, *, clock: Any = None) -> Memory:
+def refold(
+    events: Iterable[Event], config: Config, *, clock: Any = None, judge: Judge | None = None
+) -> Memory:
     """A fresh in-memory Memory holding `events`' inputs re-run under `config` (module doc).
 
-    An input the configuration's state refuses (e.g. revoking a piece that a different
-    decision never cut) is skipped and listed in `memory.refold_notes` as (seq, why)."""
+    judge: the judge the live writes used, if any; a question it answered before is read
+    from the keyed judge log (never asked again), a new one is asked. An input with no
+    counterpart in the fold is skipped and listed in `memory.refold_notes` as (seq, why)."""
     from toki.memory import Memory
 
     ordered = sorted(events, key=lambda e: e.seq)
@@ -209,7 +212,9 @@ def refold(events: Iterable[Event], config: Config, *, clock: Any = None) -> Mem
                 middles.update(n for n in new if _supersedes(versions, n) is None)
     for e in ordered:
         try:
-            _rerun(fresh, e, config, logged_op, user_supersede, middles, overridden, versions)
+            _rerun(
+                fresh, e, config, logged_op, user_supersede, middles, overridden, versions, judge
+            )
         except TokiError as exc:
             notes.append((e.seq, f"{e.kind.value} {e.key}: {exc}"))
     fresh.refold_notes = tuple(notes)
@@ -249,6 +254,7 @@ def _rerun(
     middles: set[str],
     overridden: set[tuple[str, str]],
     versions: Mapping[str, FactVersion],
+    judge: Judge | None,
 ) -> None:
     """Re-run one logged input on `fresh`; derived events are skipped; an input with no
     counterpart in this fold raises (refold lists it)."""
@@ -272,7 +278,7 @@ def _rerun(
             claim = Claim(
                 v.key, v.value, v.source_id, start, end, v.recorded_at, v.source_hash, v.weight
             )
-            fresh.write(claim, OPERATORS[name], allow_weaker_isolation=True)
+            fresh.write(claim, OPERATORS[name], judge=judge, allow_weaker_isolation=True)
         elif v.id in user_supersede:
             fresh.supersede(
                 user_supersede[v.id],
@@ -585,9 +591,12 @@ class ShadowOps(ConsumptionOps):
 
     # -- shadow, promote, rollback ------------------------------------------------------------
 
-    def shadow(self, config: Config, *, valid_at: TimeLike | None = None) -> ShadowReport:
+    def shadow(
+        self, config: Config, *, valid_at: TimeLike | None = None, judge: Judge | None = None
+    ) -> ShadowReport:
         """Fold the whole log under `config` without touching the live state and classify
-        every read whose answer at `valid_at` (default now) differs from the serving one."""
+        every read whose answer at `valid_at` (default now) differs from the serving one.
+        Pass the judge the live writes used, if any (see `refold`)."""
         from toki.time import parse_instant
 
         if not isinstance(config, Config):
@@ -596,7 +605,7 @@ class ShadowOps(ConsumptionOps):
         at = self._now() if valid_at is None else parse_instant(valid_at, "valid_at")
         serving = self._in_force(None)
         live = self._view(None)
-        folded = refold(self._log, config, clock=self._clock)
+        folded = refold(self._log, config, clock=self._clock, judge=judge)
         keys = set(live.keys) | set(folded._snapshot.keys)
         before = serving if serving is not None else self.current_config()
         reads = _reads(keys, before, config)
