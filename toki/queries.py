@@ -1,6 +1,8 @@
 """Queries: what held when, as known when (resolve_at, current, history, audit, …).
 
-Reads never write; they answer from the in-memory snapshot, which is the replay of the log.
+Reads never write the event log; they answer from the in-memory snapshot (the replay of the
+log, or under a promoted configuration its fold, toki/shadow.py). A read that names a consumer
+appends one record to the consumption log (toki/consumption.py).
 """
 
 from __future__ import annotations
