@@ -755,6 +755,34 @@ _LEVELS_HELP = "any spelling: RU, RC, RR, SI, SER, read_committed, 'read committ
 RELAY_BUDGET = 20_000
 
 
+def _cmd_shadow(args: argparse.Namespace) -> int:
+    """Fold a store's log under another configuration (docs/shadow.md) and print every read
+    whose answer differs, classified; exit 1 when anything is unexplained or an input could
+    not be re-run (the rollout gate), 0 otherwise. The store is read, never written."""
+    from toki.memory import Memory
+    from toki.shadow import Config
+
+    config = Config.from_toml(args.config)
+    with Memory.open(args.url) as mem:
+        report = mem.shadow(config, valid_at=args.valid_at)
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        print(report.describe())
+    return 0 if report.ok else 1
+
+
+def _add_shadow_parser(sub: Any) -> None:
+    shd = sub.add_parser(
+        "shadow", help="a store's projection under another configuration, differences classified"
+    )
+    shd.add_argument("url", help="the store (sqlite:///path.db, postgresql://…)")
+    shd.add_argument("--config", required=True, help="the new configuration (TOML)")
+    shd.add_argument("--valid-at", help="the valid time compared (default now)")
+    shd.add_argument("--json", action="store_true", help="machine-readable output")
+    shd.set_defaults(handler=_cmd_shadow)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from toki import __version__
     from toki.sim.workload import SCENARIOS
@@ -1040,6 +1068,7 @@ def _build_parser() -> argparse.ArgumentParser:
     pgg.add_argument("--json", action="store_true", help="machine-readable output")
     pgg.add_argument("--quiet", action="store_true", help="no progress bar")
     pgg.set_defaults(handler=_cmd_pg_grid)
+    _add_shadow_parser(sub)
     return parser
 
 

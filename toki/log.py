@@ -22,6 +22,7 @@ from toki.model import FactKey, FactVersion
 from toki.time import format_instant, parse_instant
 
 __all__ = [
+    "CONFIG_KEY",
     "Event",
     "EventKind",
     "EventLog",
@@ -40,6 +41,11 @@ class EventKind(enum.Enum):
     DECISION = "DECISION"  # a keyed judge verdict or operator decision (body: provenance)
     POLICY = "POLICY"  # a RULE policy row came into force (body: policy)
     CHAIN = "CHAIN"  # an unchained log was chained on open (body: how many, head, rebuilt keys)
+    CONFIG = "CONFIG"  # a configuration was promoted or rolled back (toki.shadow)
+
+
+CONFIG_KEY = FactKey("__toki__", "__toki_config__", "config")
+"""Reserved key of CONFIG events (promote / rollback): not part of the belief state's hash."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,9 @@
 
 The parts live in modules named after them: toki/memory_base.py (state and the commit point),
 toki/write.py (the write path through an operator), toki/lifecycle.py (assert, supersede,
-revoke, segments, confirm/reject, readjudicate) and toki/queries.py (reading).
+revoke, segments, confirm/reject, readjudicate), toki/queries.py (reading),
+toki/consumption.py (named reads, impact, revoke_source) and toki/shadow.py (shadow
+projections, promote, rollback).
 """
 
 from __future__ import annotations
@@ -10,18 +12,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from toki.isolation import Isolation
-from toki.lifecycle import LifecycleOps
 from toki.log import Event
 from toki.memory_base import POLICY_SUBJECT, UNKNOWN, Clock
-from toki.queries import Queries
 from toki.replay import replay
+from toki.shadow import ShadowOps
 from toki.store.base import open_store
 from toki.time import TimeLike, parse_instant
 
 __all__ = ["POLICY_SUBJECT", "UNKNOWN", "Memory"]
 
 
-class Memory(Queries, LifecycleOps):
+class Memory(ShadowOps):
     """A bitemporal fact store. In-memory by default; `Memory.open(url)` for a backend."""
 
     @classmethod

@@ -22,6 +22,7 @@ from toki.errors import (
     IntegrityError,
     InvalidInput,
     LifecycleError,
+    StoreError,
     UnknownVersion,
 )
 from toki.isolation import Isolation
@@ -40,7 +41,7 @@ from toki.projection import ReconcileReport, reconcile
 from toki.replay import KeyState, KeySummary, Snapshot, replay
 from toki.store.base import EventStore, Steps, drive, transact_steps
 from toki.store.memory import InMemoryStore
-from toki.time import BoundSource, Interval, TimeLike, parse_instant
+from toki.time import BoundSource, Interval, TimeLike, format_instant, parse_instant
 
 __all__ = ["POLICY_SUBJECT", "UNKNOWN", "Clock", "MemoryBase", "VersionRef", "WriteStats"]
 
@@ -279,6 +280,58 @@ class MemoryBase:
             if events:
                 self._writes += 1
             return events
+
+    # -- reading and recording reads -------------------------------------------------------
+
+    def _view(self, as_of: datetime | None) -> Snapshot:
+        """The state reads at system time `as_of` are served from (toki/shadow.py overrides
+        it with the projection of the configuration in force then)."""
+        return self._snapshot
+
+    def _config_record(self, as_of: datetime | None) -> tuple[str | None, Any]:
+        """(id, JSON) of the promoted configuration in force at `as_of`; (None, None): the
+        log as decided (toki/shadow.py overrides it)."""
+        return None, None
+
+    def _config_policy(self, key: FactKey, at: datetime) -> dict[str, Any] | None:
+        """The RULE policy a promoted configuration puts in force for `key` at `at`, if any
+        (toki/shadow.py overrides it); it takes precedence over POLICY events."""
+        return None
+
+    def _record_read(
+        self,
+        consumer: str,
+        key: FactKey,
+        valid_at: datetime,
+        as_of: datetime | None,
+        keys: Sequence[FactKey],
+        answer: Any,
+    ) -> None:
+        """Append one Consumption record (toki.consumption) beside the event log."""
+        from toki.consumption import Consumption
+
+        append = getattr(self._store, "append_consumption", None)
+        if append is None:
+            raise StoreError(
+                f"{self._store.url}: this backend keeps no consumption log; read without "
+                "consumer=, or use a memory://, sqlite:// or postgresql:// store"
+            )
+        config_id, config = self._config_record(as_of)
+        record = Consumption(
+            consumer=consumer,
+            read_at=self._now(),
+            key=key,
+            valid_at=valid_at,
+            system_as_of=as_of,
+            scope_chain=tuple(str(k.scope) for k in keys),
+            log_seq=self._log.last_seq,
+            log_head=self._chain.head if self._chain is not None else "",
+            config_id=config_id,
+            config=config,
+            operators={fk: op.name for fk, op in self._operators.items()},
+            answer=answer,
+        )
+        append([(record.record_id, consumer, format_instant(record.read_at), record.to_text())])
 
     # -- input helpers ---------------------------------------------------------------------
 

@@ -1,11 +1,14 @@
 """Queries: what held when, as known when (resolve_at, current, history, audit, …).
 
-Reads never write; they answer from the in-memory snapshot, which is the replay of the log.
+Reads never write the event log; they answer from the in-memory snapshot (the replay of the
+log, or under a promoted configuration its fold, toki/shadow.py). A read that names a consumer
+appends one record to the consumption log (toki/consumption.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from toki.algebra.provenance import AuditRow, Provenance
 from toki.chain import ChainCheck, Digest, VerifyReport, verify
@@ -24,7 +27,7 @@ from toki.model import (
     need_key,
 )
 from toki.projection import ReconcileReport, reconcile
-from toki.replay import replay
+from toki.replay import Snapshot, replay
 from toki.store.base import ALL_SEQS
 from toki.time import TimeLike, parse_instant
 
@@ -56,23 +59,29 @@ class Queries(MemoryBase):
         system_as_of: TimeLike | None = None,
         *,
         scope_chain: Sequence[Scope | str] | None = None,
+        consumer: str | None = None,
     ) -> Resolution:
         """What held at `valid_at` (default now), as known at `system_as_of` (default: all).
 
         With a scope chain, scopes are tried most specific first; the first answer that is
-        not "unknown" wins (a conflict is an answer: it is never skipped over).
+        not "unknown" wins (a conflict is an answer: it is never skipped over). With a
+        consumer ("answer-17"), the read is recorded in the consumption log (docs/consumption.md);
+        without one it costs nothing extra.
         """
         need_key(key)
+        if consumer is not None:
+            from toki.consumption import need_consumer
+
+            need_consumer(consumer)
         at = self._now() if valid_at is None else parse_instant(valid_at, "valid_at")
         as_of = None if system_as_of is None else parse_instant(system_as_of, "system_as_of")
-        for scoped in self._scope_keys(key, scope_chain):
-            state = self._state(scoped)
-            if state is None:
-                continue
-            result = state.resolve(at, as_of)
-            if result.kind != "unknown":
-                return result
-        return Resolution("unknown")
+        keys = self._scope_keys(key, scope_chain)
+        if consumer is None:
+            return _resolve_in(self._view(as_of), keys, at, as_of)
+        with self._writer:  # the answer and the log position it is recorded with agree
+            result = _resolve_in(self._view(as_of), keys, at, as_of)
+            self._record_read(consumer, key, at, as_of, keys, result)
+        return result
 
     @staticmethod
     def _scope_keys(key: FactKey, chain: Sequence[Scope | str] | None) -> list[FactKey]:
@@ -96,15 +105,17 @@ class Queries(MemoryBase):
         *,
         catch_up: bool = True,
         scope_chain: Sequence[Scope | str] | None = None,
+        consumer: str | None = None,
     ) -> Resolution:
         """The answer now, as known now. If another writer moved the log past our watermark,
-        catch up first, or with catch_up=False report kind "stale" rather than a wrong value."""
+        catch up first, or with catch_up=False report kind "stale" rather than a wrong value
+        (a stale answer is not recorded for a consumer: it consumed nothing)."""
         need_key(key)
         if self._store.last_seq() > self._log.last_seq:
             if not catch_up:
                 return Resolution("stale")
             self.refresh()
-        return self.resolve_at(key, None, None, scope_chain=scope_chain)
+        return self.resolve_at(key, None, None, scope_chain=scope_chain, consumer=consumer)
 
     def history(self, key: FactKey, system_as_of: TimeLike | None = None) -> list[HistoryEntry]:
         """Every version known at `system_as_of`: lifecycle, effective interval, successor."""
@@ -168,6 +179,20 @@ class Queries(MemoryBase):
 
     def render_history(self, key: FactKey, system_as_of: TimeLike | None = None) -> str:
         return "\n".join(entry.render() for entry in self.history(key, system_as_of))
+
+
+def _resolve_in(
+    snapshot: Snapshot, keys: Sequence[FactKey], at: datetime, as_of: datetime | None
+) -> Resolution:
+    """The first answer along the scope chain that is not "unknown" (resolve_at's rule)."""
+    for scoped in keys:
+        state = snapshot.state(scoped)
+        if state is None:
+            continue
+        result = state.resolve(at, as_of)
+        if result.kind != "unknown":
+            return result
+    return Resolution("unknown")
 
 
 def _chain_key(key: object) -> bytes | None:

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 from toki.canonical import canonical_json, digest
 from toki.conflicts import ConflictGroups
 from toki.judge import JudgeLog, Verdict
-from toki.log import Event, EventKind
+from toki.log import CONFIG_KEY, Event, EventKind
 from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution
 from toki.time import BoundSource, Interval, format_instant, parse_instant
 
@@ -51,6 +51,7 @@ _CONFLICT_OPEN = EventKind.CONFLICT_OPEN
 _CONFLICT_RESOLVE = EventKind.CONFLICT_RESOLVE
 _DECISION = EventKind.DECISION
 _POLICY = EventKind.POLICY
+_CONFIG = EventKind.CONFIG
 _closing = tuple.__new__  # NamedTuple's own __new__ is Python code: 3x slower per event
 
 
@@ -146,6 +147,7 @@ class KeyState:
     groups: ConflictGroups = field(default_factory=ConflictGroups)
     decisions: list[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
     policies: list[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
+    configs: list[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
     last_key_seq: int = 0
     times: list[datetime] = field(default_factory=list)
     # The latest epoch, maintained incrementally so that writes on a hot key stay O(log n):
@@ -219,6 +221,8 @@ class KeyState:
             self.decisions.append((at, body))
         elif kind is _POLICY:
             self.policies.append((at, body))
+        elif kind is _CONFIG:
+            self.configs.append((at, body))
         if self._built:
             for vid in touched:
                 self._refresh(vid)
@@ -248,6 +252,7 @@ class KeyState:
             conflicts_of={k: set(v) for k, v in self.conflicts_of.items()},
             decisions=list(self.decisions),
             policies=list(self.policies),
+            configs=list(self.configs),
             last_key_seq=self.last_key_seq,
             times=list(self.times),
             standing=dict(self.standing),
@@ -620,8 +625,9 @@ class Snapshot:
         return None if key is None else self.keys[key].versions[vid]
 
     def state_hash(self) -> str:
-        """A hash of the belief state, independent of delivery order and sequence numbers."""
-        parts = [self.keys[k].digest_parts() for k in sorted(self.keys)]
+        """A hash of the belief state, independent of delivery order and sequence numbers.
+        Which configuration serves reads (CONFIG events, toki.shadow) is not belief state."""
+        parts = [self.keys[k].digest_parts() for k in sorted(self.keys) if k != CONFIG_KEY]
         return digest(canonical_json(parts), 64)
 
     def summaries(self) -> dict[FactKey, KeySummary]:

@@ -76,7 +76,7 @@ class WritePath(MemoryBase):
             own_log=p.snapshot.judge_log,
             allow_weaker_isolation=allow_weaker_isolation,
             evidence=lambda key: _evidence(p, key),
-            policy=lambda key, at: _policy_in_force(p, key, at),
+            policy=lambda key, at: self._config_policy(key, at) or _policy_in_force(p, key, at),
         )
 
     def _judge_log(self, p: Partition) -> JudgeLog:

@@ -104,6 +104,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     m.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
     m.add_argument("--max-retries", type=int, default=5, help="retries per request")
     m.add_argument("--quiet", action="store_true", help="no progress bar")
+    pv = sub.add_parser(
+        "provenance", help="shadow LWW against EWM and RULE; revoke a source (docs/shadow.md)"
+    )
+    pv.add_argument("--path", help="the LoCoMo data file (default: $TOKI_LOCOMO or fetched)")
+    pv.add_argument("--limit", type=int, default=2, help="the first N conversations")
+    pv.add_argument("-k", type=int, default=5, help="items retrieved per question")
+    pv.add_argument("--out", help="results file (default notebooks/results/locomo_provenance.json)")
+    pv.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
     try:
         _check_numbers(args)
@@ -133,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.cmd == "ablate":
             return _ablate(args, ds)
+        if args.cmd == "provenance":
+            return _provenance(args, ds)
         cats = _categories(args.categories)
         rows = run_flat_baseline(
             ds, k=args.k, categories=cats, limit=args.limit, include_turns=args.turns
@@ -184,6 +194,32 @@ def _categories(text: str) -> tuple[int, ...]:
     if bad or not cats:
         raise InvalidInput("--categories", f"{bad or 'nothing'} is not a category", f"use {valid}")
     return cats
+
+
+def _provenance(args: argparse.Namespace, ds: Any) -> int:
+    """Issue 20's demonstration (toki.locomo.provenance), written to a results file."""
+    from pathlib import Path
+
+    from toki.locomo.provenance import RESULTS, run
+
+    result = run(ds, limit=args.limit, k=args.k)
+    out = Path(args.out or RESULTS)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        for name, counts in result["shadow_totals"].items():
+            print(f"shadow LWW -> {name}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        for row in result["rows"]:
+            r = row["revocation"]
+            print(
+                f"{row['sample_id']}: revoked {r['source_id']}: {r.get('versions', 0)} versions, "
+                f"{r.get('questions', 0)} questions read them, {r.get('stale_reads', 0)} stale "
+                f"reads, {r.get('answers_changed', 0)} answers changed"
+            )
+        print(f"wrote {out}")
+    return 0
 
 
 def _ablate(args: argparse.Namespace, ds: Any) -> int:

@@ -28,6 +28,7 @@ class InMemoryStore:
         self._by_key: dict[FactKey, list[Event]] = {}
         self._projection: dict[FactKey, KeySummary] = {}
         self._watermark = 0
+        self._consumption: dict[str, tuple[str, str]] = {}  # record id -> (consumer, payload)
         self._lock = threading.RLock()
 
     @contextmanager
@@ -82,6 +83,21 @@ class InMemoryStore:
     def load_state(self) -> tuple[list[Event], list[Event], int, dict[FactKey, KeySummary]]:
         with self._lock:
             return list(self._events), [], self._watermark, dict(self._projection)
+
+    def append_consumption(self, rows: Sequence[tuple[str, str, str, str]]) -> None:
+        """Append (record id, consumer, read_at, payload) rows; a known id is a no-op."""
+        with self._lock:
+            for record_id, consumer, _, payload in rows:
+                self._consumption.setdefault(record_id, (consumer, payload))
+
+    def load_consumption(self, consumer: str | None = None) -> list[tuple[str, str]]:
+        """(record id, payload) rows in append order, of one consumer or all."""
+        with self._lock:
+            return [
+                (rid, payload)
+                for rid, (who, payload) in self._consumption.items()
+                if consumer is None or who == consumer
+            ]
 
     def close(self) -> None:
         pass

@@ -263,7 +263,28 @@ def _migration_3(cur: psycopg.Cursor[Any]) -> None:
     cur.execute(_M3)
 
 
-MIGRATIONS = (_migration_1, _migration_2, _migration_3)
+_M4 = """
+CREATE TABLE IF NOT EXISTS toki_consumption (
+    n         bigserial PRIMARY KEY,
+    record_id text NOT NULL UNIQUE,
+    consumer  text NOT NULL,
+    read_at   timestamptz NOT NULL,
+    payload   text NOT NULL
+);
+CREATE INDEX IF NOT EXISTS toki_consumption_consumer ON toki_consumption (consumer, n);
+CREATE OR REPLACE TRIGGER toki_consumption_append_only BEFORE UPDATE OR DELETE
+    ON toki_consumption FOR EACH ROW EXECUTE FUNCTION toki_append_only();
+CREATE OR REPLACE TRIGGER toki_consumption_no_truncate BEFORE TRUNCATE ON toki_consumption
+    FOR EACH STATEMENT EXECUTE FUNCTION toki_append_only();
+"""
+
+
+def _migration_4(cur: psycopg.Cursor[Any]) -> None:
+    """The consumption log (toki.consumption): named reads, append-only, beside the events."""
+    cur.execute(_M4)
+
+
+MIGRATIONS = (_migration_1, _migration_2, _migration_3, _migration_4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -769,6 +790,35 @@ class PostgresStore:
         with conn.transaction(), conn.cursor() as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             yield cur
+
+    def append_consumption(self, rows: Sequence[tuple[str, str, str, str]]) -> None:
+        """Append (record id, consumer, read_at, payload) rows; a known id is a no-op. One
+        autocommit statement: no write lock, no head row, nothing of the event log."""
+        if not rows:
+            return
+        cols = [list(c) for c in zip(*rows, strict=True)]
+        with self._lock, self._errors():
+            self._live().execute(
+                "INSERT INTO toki_consumption (record_id, consumer, read_at, payload) "
+                "SELECT * FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::text[]) "
+                "ON CONFLICT (record_id) DO NOTHING",
+                cols,
+            )
+
+    def load_consumption(self, consumer: str | None = None) -> list[tuple[str, str]]:
+        """(record id, payload) rows in append order, of one consumer or all."""
+        with self._lock, self._errors():
+            if consumer is None:
+                cur = self._live().execute(
+                    "SELECT record_id, payload FROM toki_consumption ORDER BY n"
+                )
+            else:
+                cur = self._live().execute(
+                    "SELECT record_id, payload FROM toki_consumption WHERE consumer = %s "
+                    "ORDER BY n",
+                    (consumer,),
+                )
+            return [(str(a), str(b)) for a, b in cur.fetchall()]
 
     def execute(self, query: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         """Run raw SQL in this store's schema (tests use it to prove triggers and constraints

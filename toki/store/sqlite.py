@@ -27,8 +27,9 @@ from toki.time import format_instant, parse_instant
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 2
-"""1: events and projection; 2: each event's chain link (toki.chain; NULL before it)."""
+SCHEMA_VERSION = 3
+"""1: events and projection; 2: each event's chain link (toki.chain; NULL before it);
+3: the consumption log (toki.consumption), append-only like the event log."""
 
 _NO_UPDATE = (
     "CREATE TRIGGER IF NOT EXISTS toki_event_no_update BEFORE UPDATE ON toki_event\n"
@@ -61,6 +62,18 @@ CREATE TABLE IF NOT EXISTS toki_current (
     open_intervals INTEGER NOT NULL,
     segments       TEXT NOT NULL DEFAULT '[]'
 );
+CREATE TABLE IF NOT EXISTS toki_consumption (
+    n         INTEGER PRIMARY KEY AUTOINCREMENT,
+    record_id TEXT NOT NULL UNIQUE,
+    consumer  TEXT NOT NULL,
+    read_at   TEXT NOT NULL,
+    payload   TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS toki_consumption_consumer ON toki_consumption (consumer);
+CREATE TRIGGER IF NOT EXISTS toki_consumption_no_update BEFORE UPDATE ON toki_consumption
+BEGIN SELECT RAISE(ABORT, 'toki_consumption is append-only: UPDATE is not allowed'); END;
+CREATE TRIGGER IF NOT EXISTS toki_consumption_no_delete BEFORE DELETE ON toki_consumption
+BEGIN SELECT RAISE(ABORT, 'toki_consumption is append-only: DELETE is not allowed'); END;
 """.replace("{no_update}", _NO_UPDATE)
 
 
@@ -133,12 +146,16 @@ class SQLiteStore:
                 f"url: {self.path} has schema version {row[0]}, newer than this toki "
                 f"({SCHEMA_VERSION}); upgrade toki"
             )
-        elif int(row[0]) < 2:  # the chain column; Memory chains the old events on open
+        elif int(row[0]) < SCHEMA_VERSION:
+            # 2: the chain column (Memory chains the old events on open); 3: the consumption
+            # table, which the CREATE … IF NOT EXISTS script above has already added
             conn.execute("BEGIN IMMEDIATE")
             columns = {r[1] for r in conn.execute("PRAGMA table_info(toki_event)")}
             if "chain" not in columns:
                 conn.execute("ALTER TABLE toki_event ADD COLUMN chain TEXT")
-            conn.execute("UPDATE toki_meta SET value='2' WHERE name='schema_version'")
+            conn.execute(
+                "UPDATE toki_meta SET value=? WHERE name='schema_version'", (str(SCHEMA_VERSION),)
+            )
             conn.execute("COMMIT")
 
     @contextmanager
@@ -311,6 +328,30 @@ class SQLiteStore:
                 segs,
             )
         return int(wm[0]) if wm else 0, out
+
+    def append_consumption(self, rows: Sequence[tuple[str, str, str, str]]) -> None:
+        """Append (record id, consumer, read_at, payload) rows; a known id is a no-op. Its own
+        short transaction: it never touches the event log or the projection."""
+        with self._locked(), self._errors():
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO toki_consumption (record_id, consumer, read_at, payload) "
+                "VALUES (?,?,?,?)",
+                rows,
+            )
+
+    def load_consumption(self, consumer: str | None = None) -> list[tuple[str, str]]:
+        """(record id, payload) rows in append order, of one consumer or all."""
+        with self._lock, self._errors():
+            if consumer is None:
+                cur = self._conn.execute(
+                    "SELECT record_id, payload FROM toki_consumption ORDER BY n"
+                )
+            else:
+                cur = self._conn.execute(
+                    "SELECT record_id, payload FROM toki_consumption WHERE consumer = ? ORDER BY n",
+                    (consumer,),
+                )
+            return [(str(a), str(b)) for a, b in cur.fetchall()]
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
         """Run raw SQL (tests use it to prove the triggers hold and to corrupt projections)."""
