@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pv = sub.add_parser(
         "provenance", help="shadow LWW against EWM and RULE; revoke a source (docs/shadow.md)"
     )
-    pv.add_argument("--path", help="the LoCoMo data file (default: $TOKI_LOCOMO or fetched)")
+    pv.add_argument("--path", help=_PATH_HELP)
     pv.add_argument("--limit", type=int, default=2, help="the first N conversations")
     pv.add_argument("-k", type=int, default=5, help="items retrieved per question")
     pv.add_argument("--out", help="results file (default notebooks/results/locomo_provenance.json)")
