@@ -1,6 +1,6 @@
 """What issue 20's machinery costs: named reads, the shadow fold, revoke_source.
 
-Writes benchmarks/results/consumption.json (not rendered in benchmarks/README.md).
+Writes benchmarks/results/consumption.json (rendered in benchmarks/README.md).
 
 - reads: resolve_at on a key with a supersession chain, without a consumer and with one
   (memory:// and a SQLite file: one INSERT per named read), µs per read;
@@ -70,11 +70,11 @@ def reads(mem: Memory, keys: list[FactKey], repeat: int, consumer: bool) -> floa
     return best(repeat, go) / len(keys) * 1e6
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     n = 200 if args.quick else 2000
     mem = Memory(clock=_clock)
     keys = build(mem, n)

@@ -38,6 +38,8 @@ SOURCES = {
     "growth": "python -m benchmarks.bench_growth",
     "writers": "python -m benchmarks.bench_writers",
     "toki_lib": "python -m benchmarks.bench_toki_lib --docs docs/exploration.md",
+    "integrity": "python -m benchmarks.bench_integrity",
+    "consumption": "python -m benchmarks.bench_consumption",
 }
 
 ANCHOR_ELLE = "Jepsen Elle: ~100k-op histories in ~55-73 s on a 24-core Xeon (VLDB 2020, Fig. 4)"
@@ -287,11 +289,45 @@ def _rows_writers(d: dict[str, Any] | None) -> list[Row]:
     return out
 
 
+def _rows_integrity(d: dict[str, Any] | None) -> list[Row]:
+    """Tamper evidence on open: the chain walk's rate and its share of opening a store."""
+    if d is None:
+        return [Row("integrity", "chain walk on open", missing("integrity"), "—", "—")]
+    e = d["events_per_s"]
+    return [
+        Row("integrity", f"SQLite store of {fmt(d['events'])} events: events/s read / chain "
+            "walk / open (read, chain, fold, reconcile)",
+            f"{fmt(e['read'])} / {fmt(e['chain walk'])} / {fmt(e['open'])}", "—", d["anchor"]),
+        Row("integrity", "chain walk's share of open", fmt(d["chain_share_of_open"]), "—", "—"),
+        Row("integrity", "toki verify (Memory.verify with a digest): events/s plain / keyed",
+            f"{fmt(e['verify'])} / {fmt(e['verify keyed'])}", "—", "—"),
+    ]
+
+
+def _rows_consumption(d: dict[str, Any] | None) -> list[Row]:
+    """Named reads, the shadow fold and revoke_source (docs/consumption.md, docs/shadow.md)."""
+    if d is None:
+        return [Row("consumption", "named reads, shadow, revoke_source", missing("consumption"),
+                    "—", "—")]
+    r = d["read_us"]
+    return [
+        Row("consumption", "resolve_at µs: memory without / with a consumer; SQLite without / "
+            "with (one INSERT per named read)",
+            f"{fmt(r['memory, no consumer'])} / {fmt(r['memory, consumer'])}; "
+            f"{fmt(r['sqlite, no consumer'])} / {fmt(r['sqlite, consumer'])}", "—", "—"),
+        Row("consumption", f"shadow fold of {fmt(d['events'])} events: events/s",
+            fmt(d["shadow"]["events_per_s"]), "—", "—"),
+        Row("consumption", f"revoke_source over {fmt(d['revoke_source']['keys'])} keys",
+            fmt(d["revoke_source"]["ms"], "ms"), "—", "—"),
+    ]
+
+
 def rows(results: dict[str, dict[str, Any] | None]) -> list[Row]:
     special = {"core": _rows_core, "algebra": _rows_algebra, "backends": _rows_backends,
                "sim": _rows_sim, "check": _rows_check, "proofs": _rows_proofs,
                "history": _rows_history, "real": _rows_real, "growth": _rows_growth,
-               "writers": _rows_writers}
+               "writers": _rows_writers, "integrity": _rows_integrity,
+               "consumption": _rows_consumption}
     out: list[Row] = []
     for name, data in results.items():
         fn = special.get(name)

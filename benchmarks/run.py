@@ -18,6 +18,8 @@ SCRIPTS = [
     "benchmarks.bench_matrix",
     "benchmarks.bench_real",
     "benchmarks.bench_writers",
+    "benchmarks.bench_integrity",
+    "benchmarks.bench_consumption",
 ]
 
 
