@@ -20,12 +20,11 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine_info, write_results
+from benchmarks.common import best, machine_info, write_results
 from toki import Claim, FactKey, Memory
 
 BASE = datetime(2025, 1, 1, tzinfo=UTC)
@@ -49,15 +48,6 @@ def build(mem: Memory, keys: int) -> list[FactKey]:
             at = BASE + timedelta(days=j)
             mem.write(Claim(key, value, source, at, None, at + timedelta(hours=1)))
     return out
-
-
-def best(repeat: int, fn: Callable[[], Any]) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def reads(mem: Memory, keys: list[FactKey], repeat: int, consumer: bool) -> float:

@@ -23,12 +23,12 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine_info, write_results
+from benchmarks.common import best, machine_info, write_results
 from toki import Claim, FactKey, Memory
 from toki.chain import ChainCheck
 from toki.store.sqlite import SQLiteStore
@@ -50,15 +50,6 @@ def build(path: Path, claims: int) -> None:
             mem.write(Claim(key, f"c{i}", f"src{i % 7}", at, None, at))
     finally:
         mem.close()
-
-
-def best(repeat: int, fn: Callable[[], Any]) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

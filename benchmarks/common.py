@@ -6,6 +6,8 @@ import json
 import os
 import platform
 import sys
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,3 +48,14 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
     path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     print(f"wrote {path}")
     return path
+
+
+def best(repeat: int, fn: Callable[[], Any]) -> float:
+    """The fastest of `repeat` runs of `fn`, in seconds (on a shared machine the minimum is
+    the least disturbed)."""
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
