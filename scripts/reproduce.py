@@ -109,6 +109,9 @@ def parts(bench: bool) -> list[Part]:
              [[py, "-m", "tests.mutants.make_table"]]),
         Part("locomo", "paper/data/locomo_ablations.json", [toki_cmd("locomo", "ablate", "--json")],
              stdout_to="paper/data/locomo_ablations.json"),
+        Part("locomo-provenance", "notebooks/results/locomo_provenance.json",
+             [toki_cmd("locomo", "provenance", "--out",
+                       "notebooks/results/locomo_provenance.json")]),
     ]
     if bench:
         out.append(Part("bench", "benchmarks/results/*.json", [[py, "-m", "benchmarks.run"]]))

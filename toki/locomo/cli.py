@@ -110,7 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     pv.add_argument("--path", help=_PATH_HELP)
     pv.add_argument("--limit", type=int, default=2, help="the first N conversations")
     pv.add_argument("-k", type=int, default=5, help="items retrieved per question")
-    pv.add_argument("--out", help="results file (default notebooks/results/locomo_provenance.json)")
+    pv.add_argument(
+        "--out",
+        help="results file (default: locomo_provenance.json in a new folder under ./toki-out; "
+        "make reproduce writes notebooks/results/locomo_provenance.json)",
+    )
     pv.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
     try:
@@ -198,13 +202,16 @@ def _categories(text: str) -> tuple[int, ...]:
 
 def _provenance(args: argparse.Namespace, ds: Any) -> int:
     """Issue 20's demonstration (toki.locomo.provenance), written to a results file."""
-    from pathlib import Path
 
-    from toki.locomo.provenance import RESULTS, run
+    from toki.cli_input import fresh_out_dir, writable_file
+    from toki.locomo.provenance import run
 
+    out = (
+        writable_file("--out", args.out)
+        if args.out
+        else fresh_out_dir("locomo-provenance") / "locomo_provenance.json"
+    )
     result = run(ds, limit=args.limit, k=args.k)
-    out = Path(args.out or RESULTS)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
