@@ -251,6 +251,7 @@ class Adapter:
             warnings.simplefilter("ignore", DeprecationWarning)  # Kuzu is deprecated upstream
             driver = self.KuzuDriver(db=":memory:")
         driver._database = GROUP  # 0.31.2: KuzuDriver never sets it
+        driver.client.close()  # its AsyncConnection (a thread pool): replaced by ours
         driver.client = _SyncClient(self.kuzu.Connection(driver.db))
         for query in self.fulltext:  # 0.31.2: build_indices_and_constraints is a no-op
             driver.client.connection.execute(query)
@@ -325,8 +326,14 @@ class Adapter:
         pass  # each Kuzu statement committed on its own: what ran stays, nothing is held
 
     def close(self) -> None:
-        self.graphiti = None
-        self.driver = None
+        """Close the run's Kuzu database explicitly: each one reserves Kuzu's default
+        max_db_size (8 TiB) of address space until it is closed, and waiting for the garbage
+        collector let a long real matrix run out of it ("Mmap for size 8796093022208
+        failed")."""
+        driver, self.graphiti, self.driver = self.driver, None, None
+        if driver is not None:
+            driver.client.connection.close()
+            driver.db.close()
 
 
 def _iso(value: Any) -> str | None:
