@@ -10,7 +10,7 @@ from toki.real import (
     explore_real,
     get_real_system,
 )
-from toki.real.checks import check_real
+from toki.real.checks import check_real, committed_claims
 from toki.real.cli import make_real_workload
 from toki.real.driver import SerialCache, finish_run, real_program, real_runs, run_plan
 from toki.real.session import Session
@@ -116,6 +116,34 @@ def test_a_crashed_thread_unwinds_and_frees_memorys_writer_lock(toki_memory: Ses
     serial = SerialCache(system, toki_memory, workload, JUDGE, 0)
     verdicts = check_real(system, workload, rr, serial, RECOVERY)
     assert not any(v.found for v in verdicts.values()), verdicts
+
+
+def test_a_crash_before_a_second_claim_of_the_same_value_commits_only_the_first(
+    toki_memory: Session,
+) -> None:
+    """Found by the real matrix (contention, one crash per agent): agent 0's two claims both
+    say Berlin; it crashes parked before its second claim's writer lock. The checker took
+    the second claim as committed because its value was stored (by the first), so the
+    serial baselines applied a claim that never ran: a false N2. A claim now counts as
+    recorded only when a version of that claim (value, source, valid-from day) is stored."""
+    from toki.experiments.matrix import _workload
+
+    system = get_real_system("toki-memory")
+    workload = _workload({"name": "contention", "synthetic": {
+        "agents": 2, "claims_per_agent": 2, "keys": 1, "contradiction_rate": 1.0, "seed": 7}})  # fmt: skip
+    a0, a1 = workload.inboxes
+    assert a0[0].value == a0[1].value and a0[0].start != a0[1].start
+    program, live = real_program(system, toki_memory, workload, JUDGE, crash_budget=1)
+    schedule = [0, *[1] * 12, *[0] * 7, "crash:0", "crash:1"]
+    rr = finish_run(system, toki_memory, live, replay_schedule(program, schedule), RECOVERY, JUDGE)
+    assert next(t for t in rr.trace if "crash" in t) == {
+        "crash": 0,
+        "before": "store.lock",
+        "claim": 1,
+    }
+    assert committed_claims(system, workload, rr) == [[a0[0]], list(a1)]
+    serial = SerialCache(system, toki_memory, workload, JUDGE, 0)
+    assert not check_real(system, workload, rr, serial, RECOVERY, ("N2",))["N2"].found
 
 
 @pytest.mark.slow

@@ -71,16 +71,6 @@ RESOLUTIONS: dict[tuple[str, str], str] = {
         "order written, which made it report RD where the library does not) was corrected "
         "with a real run as its test."
     ),
-    ("toki-memory", "*"): (
-        "A bug in toki's in-process store, not in the model: the `toki` model serialises "
-        "each claim's read-judge-append under the store's write lock, as the SQLite and "
-        "PostgreSQL stores do (and `toki-sqlite (real)` agrees), but the in-process store's "
-        "write lock is a no-op, so one Memory shared by threads lets a writer fold another's "
-        "uncommitted events and append out of sequence: reopening refuses the log (RD), a "
-        "fresh judge then re-adjudicates differently (N1), and the live state is no serial "
-        "one (N2) (tests/real/test_toki_memory.py, docs/real.md). The model describes the "
-        "intended design; the real row shows the in-process store does not meet it."
-    ),
 }
 
 

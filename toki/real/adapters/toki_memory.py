@@ -68,7 +68,12 @@ class TokiHost:
         return {str(v) for v in entry.get("history", [])}
 
     def recorded(self, observation: Mapping[str, Any], claim: SimClaim) -> bool:
-        return claim.value in self.recoverable(observation, claim.key)
+        """A version of this very claim is stored (value, source and valid-from day): an
+        agent's two claims may carry one value, and a value alone would count the second
+        as recorded when only the first was (a false N2 after a crash between them)."""
+        entry = (observation.get("keys") or {}).get(claim.key) or {}
+        mine = [str(claim.value), claim.source, claim.start]
+        return any(list(c) == mine for c in entry.get("claims", []))
 
 
 def _beliefs(view: Mapping[str, Any], keys: Sequence[str]) -> Beliefs:

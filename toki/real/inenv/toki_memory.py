@@ -71,6 +71,11 @@ def claim_of(c: Mapping[str, Any]) -> Claim:
     )
 
 
+def _day(at: datetime | None) -> int | None:
+    """A valid-from time as the workload's day number (`claim_of`'s inverse)."""
+    return None if at is None else (at - stubs.BASE).days
+
+
 class GatedWriter:
     """Memory's in-process writer lock as a gate point: a thread waiting for it must be
     parked by the explorer, not blocked where the controller cannot see it."""
@@ -346,6 +351,12 @@ class Adapter:
                 "kind": res.kind,
                 "values": values,
                 "history": sorted(str(h.version.value) for h in mem.history(fk)),
+                # which claims the versions came from (value, source, valid-from day): two
+                # claims of one agent may carry the same value
+                "claims": sorted(
+                    [str(h.version.value), h.version.source_id, _day(h.version.valid.start)]
+                    for h in mem.history(fk)
+                ),
             }
         return out
 
