@@ -49,11 +49,13 @@ def compare(
 ) -> tuple[Any, Any]:
     """Explore exhaustively and with DPOR; assert everything DPOR promises; return both.
 
-    Not optimal at SERIALIZABLE (`optimal=False`, implied there): a step's SSI-group footprint grows with the dependent steps
-    before it, so a wakeup-tree entry may carry a larger footprint than the step has where it
-    runs, and a run can end sleep-set blocked (abandoned: its class was explored elsewhere).
-    Completeness and one schedule per class are still required."""
-    optimal = optimal and Execution(prog).level != SER
+    Not optimal at SERIALIZABLE (`optimal=False`, implied there): a step's SSI-group
+    footprint grows with the dependent steps before it, so a wakeup-tree entry may carry a
+    larger footprint than the step has where it runs (and a crash's alternative is widened
+    to every group): a run can end sleep-set blocked (abandoned) or repeat a class.
+    Completeness is still required: the same final states and the same trace classes as
+    exhaustive search."""
+    optimal = optimal and Execution(prog).ssi is None  # SSI groups: SERIALIZABLE
     full = explore(prog, BoundedDFS(track=True), budget=budget)
     if skip_big:
         assume(full.complete)
