@@ -634,12 +634,10 @@ def _cmd_pg_grid(args: argparse.Namespace) -> int:
     args.reps = 20 if args.reps is None else args.reps
     args.claims = 1 if args.claims is None else args.claims
     writers = parse_ints("--writers", args.writers)
-    operators = [x.strip().upper() for x in args.operators.split(",") if x.strip()]
+    operators = _pg_operators(args.operators, OPERATORS)
     levels = list(dict.fromkeys(_pg_level(x) for x in parse_levels("--levels", args.levels)))
     at_least("--reps", args.reps, 1)
     at_least("--claims", args.claims, 1)
-    if not operators or set(operators) - set(OPERATORS):
-        raise InvalidInput("--operators", f"{args.operators!r}", "use some of LWW,EWM,AWAIT,RULE")
     doc = Path(args.doc) if args.doc else None
     if doc is not None:
         check_doc(doc)
@@ -682,9 +680,7 @@ def _cmd_pg_product(args: argparse.Namespace) -> int:
 
     names = {level: name for name, level in pg_product.LEVELS.items()}
     writers = parse_ints("--writers", args.writers or "2,4")
-    operators = [x.strip().upper() for x in args.operators.split(",") if x.strip()]
-    if not operators or set(operators) - set(pg_product.OPERATORS_ORDER):
-        raise InvalidInput("--operators", f"{args.operators!r}", "use some of LWW,EWM,AWAIT,RULE")
+    operators = _pg_operators(args.operators, pg_product.OPERATORS_ORDER)
     parsed = parse_levels("--levels", args.levels or ",".join(pg_product.LEVELS))
     levels = list(
         dict.fromkeys(
@@ -727,6 +723,14 @@ def _cmd_pg_product(args: argparse.Namespace) -> int:
     else:
         print(f"wrote {out}" + (f" and the table in {doc}" if doc else ""))
     return 0
+
+
+def _pg_operators(text: str, known: Sequence[str]) -> list[str]:
+    """--operators of both pg-grid modes: comma-separated, some of the operators `known`."""
+    operators = [x.strip().upper() for x in text.split(",") if x.strip()]
+    if not operators or set(operators) - set(known):
+        raise InvalidInput("--operators", f"{text!r}", "use some of " + ",".join(known))
+    return operators
 
 
 def _pg_level(level: Any) -> str:
