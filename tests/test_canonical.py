@@ -21,7 +21,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toki.canonical import canonical_json, canonical_json_stdlib
+from toki.canonical import canonical_json, canonical_json_of_text, canonical_json_stdlib
 from toki.memory import Memory
 from toki.model import FactKey
 
@@ -130,3 +130,14 @@ def test_non_json_types_are_refused_like_the_standard_library() -> None:
     for bad in (datetime(2026, 1, 1, tzinfo=UTC), {1, 2}, b"x", object(), math.nan):
         _same(bad)
         _same({"a": [bad]})
+
+
+_texts = st.text() | st.text(alphabet=st.characters(blacklist_categories=()))  # incl. surrogates
+
+
+@settings(max_examples=500, derandomize=True)
+@given(st.lists(st.lists(_texts, max_size=3), max_size=6))
+def test_rows_of_text_encode_like_the_standard_library_without_the_round_trip(
+    rows: list[list[str]],
+) -> None:
+    assert canonical_json_of_text(rows) == canonical_json_stdlib(rows) == canonical_json(rows)

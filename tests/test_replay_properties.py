@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, note, settings
@@ -16,10 +17,12 @@ from hypothesis.stateful import (
     rule,
 )
 
+from tests.test_conflict_groups import workload
 from toki import FactKey, FactVersion, Lifecycle, Memory
 from toki.errors import TokiError
 from toki.log import Event
-from toki.replay import replay
+from toki.replay import KeyState, Snapshot, replay
+from toki.time import format_instant
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 KEYS = [FactKey("t", "u1", "city"), FactKey("t", "u2", "city")]
@@ -274,3 +277,120 @@ class MemoryMachine(RuleBasedStateMachine):
 
 MemoryMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=25)
 TestMemoryMachine = MemoryMachine.TestCase
+
+
+def _naive_segments(state: KeyState, live: list[str], conflicts: list[tuple[str, ...]]) -> tuple:
+    """The projection's segments by the definition, comparing every pair: O(n^2)."""
+    contested = {v for group in conflicts for v in group}
+    out = []
+    for vid in live:
+        lo, hi = state.standing[vid]
+        value = state.versions[vid].value_json
+        clash = any(
+            other != vid
+            and state.versions[other].value_json != value
+            and state.standing[other][0] < hi
+            and lo < state.standing[other][1]
+            for other in live
+        )
+        if vid not in contested and not clash:
+            eff = state.effective(vid)
+            assert eff is not None
+            out.append(
+                (vid, value, *(None if b is None else format_instant(b) for b in (eff.start, eff.end)))
+            )
+    return tuple(out)
+
+
+_SPANS = st.lists(
+    st.tuples(
+        st.integers(0, 30),  # start day
+        st.one_of(st.none(), st.integers(1, 20)),  # length in days, None: open-ended
+        st.sampled_from(["a", "a", "a", "b", "c"]),  # mostly agreeing values
+        st.booleans(),  # open-start (valid_from unknown)
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(spans=_SPANS, seed=st.integers(0, 10**6))
+def test_segments_sweep_equals_the_pairwise_definition(spans: list, seed: int) -> None:
+    """`KeyState._segments` (a sweep over starts) names exactly the live versions the pairwise
+    definition does, with and without the open conflicts (which then hide nothing)."""
+    rng = random.Random(seed)
+    note(f"seed={seed}")
+    mem = Memory(clock=lambda: day(400))
+    key = KEYS[0]
+    versions: list[FactVersion] = []
+    for i, (start, length, value, open_start) in enumerate(spans):
+        if versions and rng.random() < 0.2:
+            with suppress(TokiError):  # one starting before the old version is refused: fine
+                mem.supersede(rng.choice(versions), value, valid_from=day(start + 1),
+                              recorded_at=day(i), source_id=f"sup{i}")
+            continue
+        versions.append(
+            mem.assert_fact(
+                key, value,
+                valid_from="unknown" if open_start else day(start),
+                valid_to=None if length is None else day(start + length),
+                recorded_at=day(i), source_id=f"s{i}",
+            )
+        )
+    state = mem._snapshot.state(key)
+    assert state is not None
+    summary = state.summary()
+    live = sorted(state.active)
+    conflicts = state.open_conflicts()
+    assert summary.segments == _naive_segments(state, live, conflicts)
+    assert state._segments(live, []) == _naive_segments(state, live, [])
+
+
+_STATE_FIELDS = (
+    "versions", "proposed", "settled", "confirmed", "closings", "revoked", "conflicts_opened",
+    "conflicts_resolved", "conflicts_of", "decisions", "policies", "configs", "last_key_seq",
+    "times",
+)
+_BUILT_FIELDS = ("standing", "by_end", "active", "proposed_pending", "closed_by")
+
+
+def _fields(state: KeyState, names: tuple[str, ...]) -> dict:
+    out = {name: getattr(state, name) for name in names}
+    out["groups"] = (
+        {g: (dict(grp.joined), dict(grp.left)) for g, grp in state.groups.groups.items()},
+        dict(state.groups.of),
+    )
+    return out
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10**6), data=st.data())
+def test_the_bulk_fold_builds_what_applying_event_by_event_builds(
+    seed: int, data: st.DataObject
+) -> None:
+    """`replay` (bucketed per key, ASSERT/SUPERSEDE inline) and `Snapshot.apply` one event at
+    a time in seq order leave every field of every key state equal, before and after the
+    query structures are built; and equal to the live Memory's own state."""
+    script = data.draw(st.sampled_from([scripted_memory, workload]), label="script")
+    mem = script(seed, 40)  # workload: operator writes, AWAIT holds, conflict groups
+    events = list(mem.events())
+    delivered = events + data.draw(st.lists(st.sampled_from(events), max_size=8), label="dupes")
+    data.draw(st.randoms()).shuffle(delivered)
+    bulk = replay(delivered)
+    one_by_one = Snapshot()
+    for event in sorted(delivered, key=lambda e: e.seq):
+        one_by_one.apply(event)
+    live = mem._snapshot
+    for snap in (one_by_one, live):
+        assert snap.keys.keys() == bulk.keys.keys()
+        assert snap.version_key == bulk.version_key and snap.holds == bulk.holds
+        assert snap.seen == bulk.seen and snap.watermark == bulk.watermark
+        for key, state in bulk.keys.items():
+            assert _fields(snap.keys[key], _STATE_FIELDS) == _fields(state, _STATE_FIELDS), key
+    for key, state in bulk.keys.items():
+        state._ensure_built()
+        for snap in (one_by_one, live):
+            other = snap.keys[key]
+            other._ensure_built()
+            assert _fields(other, _BUILT_FIELDS) == _fields(state, _BUILT_FIELDS), key

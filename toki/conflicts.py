@@ -56,24 +56,29 @@ class Group:
 
 
 class ConflictGroups:
-    """The groups of one key, and the groups each version joined (for point queries)."""
+    """The groups of one key, and the groups each version joined (for point queries).
 
-    __slots__ = ("groups", "of")
+    `clone` is copy-on-write: a clone shares its groups until it changes one, so that a
+    write on a key with n versions in conflict does not copy all n before it commits."""
+
+    __slots__ = ("_owned", "groups", "of")
 
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
-        self.of: dict[str, list[str]] = {}
+        self.of: dict[str, tuple[str, ...]] = {}
+        self._owned: set[str] | None = None  # None: every group is this object's own
 
     def __bool__(self) -> bool:
         return bool(self.groups)
 
     def clone(self) -> ConflictGroups:
-        """An independent copy (a write folds into a clone of the key's state)."""
+        """An independent copy (a write folds into a clone of the key's state); from now on
+        both sides copy a shared group before changing it."""
         copy = ConflictGroups()
-        copy.groups = {
-            gid: Group(dict(g.joined), dict(g.left)) for gid, g in self.groups.items()
-        }
-        copy.of = {vid: list(gids) for vid, gids in self.of.items()}
+        copy.groups = dict(self.groups)
+        copy.of = dict(self.of)  # values are tuples: never changed in place
+        copy._owned = set()
+        self._owned = set()
         return copy
 
     # -- folding ---------------------------------------------------------------------------
@@ -96,9 +101,15 @@ class ConflictGroups:
                 group.left[vid] = at
 
     def _group(self, gid: str) -> Group:
+        """The group to change: created, or copied first if it is shared with a clone."""
         group = self.groups.get(gid)
+        owned = self._owned
         if group is None:
             group = self.groups[gid] = Group()
+        elif owned is not None and gid not in owned:
+            group = self.groups[gid] = Group(dict(group.joined), dict(group.left))
+        if owned is not None:
+            owned.add(gid)
         return group
 
     def _join(self, gid: str, vid: str, at: datetime) -> None:
@@ -106,7 +117,7 @@ class ConflictGroups:
         joined = group.joined.get(vid)
         if joined is None:
             group.joined[vid] = at
-            self.of.setdefault(vid, []).append(gid)
+            self.of[vid] = (*self.of.get(vid, ()), gid)
         elif at < joined:
             group.joined[vid] = at
 

@@ -438,14 +438,14 @@ class MemoryBase:
         others: list[str] = []
         known = version.recorded_at
         value = version.value_json
-        current_groups = state.groups.current_groups
-        for other_id in state.overlapping(version.valid):
-            other = state.versions[other_id]
-            if other_id in exclude or other_id == version.supersedes or other.value_json == value:
+        versions, groups, of = state.versions, state.groups.groups, state.groups.of
+        for other_id in state.overlapping(version.valid):  # this loop runs per standing version
+            other = versions[other_id]
+            if other.value_json == value or other_id in exclude or other_id == version.supersedes:
                 continue
-            groups = current_groups(other_id)
-            if groups:
-                joins.update(groups)
+            in_groups = [g for g in of.get(other_id, ()) if other_id not in groups[g].left]
+            if in_groups:
+                joins.update(in_groups)
             else:
                 others.append(other_id)
             if other.recorded_at > known:

@@ -54,7 +54,7 @@ class Partition:
                 continue
             state._ensure_built()  # a cache the live state then maintains per event
             snap.keys[key] = state.clone()
-            snap.version_key.update((vid, key) for vid in state.versions)
+            snap.version_key.update(dict.fromkeys(state.versions, key))
             part._key_seq[key] = state.last_key_seq
         snap.holds.update((t, k) for t, k in live.holds.items() if k in part.keys)
         snap.watermark = live.watermark

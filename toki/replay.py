@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 from typing import Any, NamedTuple
 
-from toki.canonical import canonical_json, digest
+from toki.canonical import canonical_json, canonical_json_of_text, digest
 from toki.conflicts import ConflictGroups
 from toki.judge import JudgeLog, Verdict
 from toki.log import CONFIG_KEY, Event, EventKind
@@ -52,6 +52,7 @@ _CONFLICT_RESOLVE = EventKind.CONFLICT_RESOLVE
 _DECISION = EventKind.DECISION
 _POLICY = EventKind.POLICY
 _CONFIG = EventKind.CONFIG
+_fromiso = datetime.fromisoformat
 _closing = tuple.__new__  # NamedTuple's own __new__ is Python code: 3x slower per event
 
 
@@ -155,7 +156,7 @@ class KeyState:
     by_end: list[tuple[int, str]] = field(default_factory=list)  # standing, sorted by end
     active: set[str] = field(default_factory=set)
     proposed_pending: set[str] = field(default_factory=set)
-    closed_by: dict[str, set[str]] = field(default_factory=dict)  # new id -> old ids
+    closed_by: dict[str, set[str]] = field(default_factory=dict)  # new id -> old ids, once built
     _built: bool = False  # latest-epoch structures are built on first use, then maintained
     _indexes: dict[int, _Index] = field(default_factory=dict)
 
@@ -184,13 +185,8 @@ class KeyState:
                 self.closings[old] = [closing]
             else:
                 existing.append(closing)
-            closed_by = self.closed_by
-            for new in new_ids:
-                olds = closed_by.get(new)
-                if olds is None:
-                    closed_by[new] = {old}
-                else:
-                    olds.add(old)
+            if self._built:
+                self._closed_by(old, new_ids)
             touched = (old,)
         elif kind is _REVOKE:
             vid = body["version"]
@@ -268,8 +264,21 @@ class KeyState:
         """Build the latest-epoch structures once; a bulk replay never pays for them per event."""
         if not self._built:
             self._built = True
+            for old, closings in self.closings.items():
+                for closing in closings:
+                    self._closed_by(old, closing.new_ids)
             for vid in self.versions:
                 self._refresh(vid)
+
+    def _closed_by(self, old: str, new_ids: tuple[str, ...]) -> None:
+        """Index a supersession by its replacements (a revoked replacement reopens `old`)."""
+        closed_by = self.closed_by
+        for new in new_ids:
+            olds = closed_by.get(new)
+            if olds is None:
+                closed_by[new] = {old}
+            else:
+                olds.add(old)
 
     def _refresh(self, vid: str) -> None:
         """Recompute one version's place in the latest-epoch structures."""
@@ -354,7 +363,10 @@ class KeyState:
         open pairs; each a sorted tuple of version ids, the list sorted."""
         out: list[tuple[str, ...]] = list(self.open_pairs(as_of))
         if self.groups:
-            out.extend(self.groups.open_groups(as_of, self._settled_out, self._value_of))
+            settled = self._settled_out
+            if as_of is None and self._built:  # the latest epoch's structures know it
+                settled = self._not_standing
+            out.extend(self.groups.open_groups(as_of, settled, self._value_of))
         return sorted(out)
 
     def open_pairs(self, as_of: datetime | None = None) -> list[tuple[str, str]]:
@@ -381,6 +393,10 @@ class KeyState:
         """A member no longer in its conflict: revoked, or closed entirely (a claim that
         lost everywhere, a rejected one), logged resolution or not."""
         return self.is_revoked(vid, as_of) or self.effective(vid, as_of) is None
+
+    def _not_standing(self, vid: str, as_of: datetime | None) -> bool:
+        """`_settled_out` now, from the latest epoch's structures (built: O(1))."""
+        return vid not in self.standing
 
     def _value_of(self, vid: str) -> str:
         return self.versions[vid].value_json
@@ -484,7 +500,7 @@ class KeyState:
         )
         conflicts = self.open_conflicts()
         return KeySummary(
-            value_hash=digest(canonical_json(values)),
+            value_hash=digest(canonical_json_of_text(values)),
             version_ids=tuple(live),
             open_conflicts=len(conflicts),
             open_intervals=open_intervals,
@@ -494,24 +510,43 @@ class KeyState:
     def _segments(
         self, live: list[str], conflicts: list[tuple[str, ...]]
     ) -> tuple[tuple[str, str, str | None, str | None], ...]:
-        contested = {v for pair in conflicts for v in pair}
+        """The live versions outside every open conflict that no live version of another
+        value overlaps: one sweep over the live versions sorted by start, O(n log n)."""
+        contested = {v for group in conflicts for v in group}
+        if contested.issuperset(live):  # e.g. one key's many contradicting values
+            return ()
+        standing, versions = self.standing, self.versions
+        rows = sorted((*standing[vid], versions[vid].value_json, vid) for vid in live)
+        starts = [r[0] for r in rows]
+        # next_other[i]: the first index >= i whose value differs from rows[i]'s
+        next_other = [len(rows)] * len(rows)
+        for i in range(len(rows) - 2, -1, -1):
+            next_other[i] = i + 1 if rows[i + 1][2] != rows[i][2] else next_other[i + 1]
+        # the latest end among the rows before i, and the latest among the other values
+        best: tuple[int, str | None] = (_MIN, None)
+        second = _MIN
         out = []
-        for vid in live:
-            if vid in contested:
+        lo = 0
+        for start, end, value, vid in rows:
+            while lo < len(rows) and starts[lo] < start:  # rows starting strictly earlier
+                e, v = rows[lo][1], rows[lo][2]
+                if v == best[1]:
+                    best = (max(best[0], e), v)
+                elif e > best[0]:
+                    best, second = (e, v), best[0]
+                elif e > second:
+                    second = e
+                lo += 1
+            earlier = best[0] if best[1] != value else second
+            if vid in contested or earlier > start:
                 continue
-            lo, hi = self.standing[vid]
-            value = self.versions[vid].value_json
-            clash = any(
-                other != vid
-                and self.versions[other].value_json != value
-                and self.standing[other][0] < hi
-                and lo < self.standing[other][1]
-                for other in live
-            )
-            if not clash:
-                eff = self.effective(vid)
-                assert eff is not None
-                out.append((vid, value, _fmt(eff.start), _fmt(eff.end)))
+            hi = bisect_left(starts, end, lo)  # rows starting in [start, end) overlap it
+            if lo < hi and (rows[lo][2] != value or next_other[lo] < hi):
+                continue
+            eff = self.effective(vid)
+            assert eff is not None
+            out.append((vid, value, _fmt(eff.start), _fmt(eff.end)))
+        out.sort()  # in version id order, as `live` is
         return tuple(out)
 
     def digest_parts(self) -> dict[str, Any]:
@@ -593,29 +628,94 @@ class Snapshot:
             )
 
     def fold(self, events: Iterable[Event]) -> None:
-        """`apply` over events in sequence order, with its lookups hoisted out of the loop."""
-        seen = self.seen
+        """`apply` over events in sequence order, one key at a time.
+
+        A key's state depends only on its own events in order (an event id names its key,
+        so duplicates are per key too), so the fold first buckets events by key and then
+        folds each bucket with that key's containers at hand: a bulk replay otherwise
+        spends most of its time fetching a different key's state from memory per event.
+        ASSERT and SUPERSEDE into a state that has built no query structures yet are
+        folded inline, as `KeyState.apply` would (tests hold the two paths to the same
+        state); every other event goes through `apply` itself."""
+        by_key: dict[FactKey, list[Event]] = {}
+        for event in events:
+            bucket = by_key.get(event.key)
+            if bucket is None:
+                by_key[event.key] = [event]
+            else:
+                bucket.append(event)
         keys = self.keys
-        version_key = self.version_key
         watermark = self.watermark
+        for key, bucket in by_key.items():
+            state = keys.get(key)
+            if state is None:
+                state = keys[key] = KeyState(key)
+            last = self._fold_key(state, bucket)
+            if last > watermark:
+                watermark = last
+        self.watermark = watermark
+
+    def _fold_key(self, state: KeyState, events: list[Event]) -> int:
+        """Fold one key's events; the largest seq folded (0 if none was new)."""
+        seen, version_key, key = self.seen, self.version_key, state.key
+        versions, proposed, closings = state.versions, state.proposed, state.closings
+        times = state.times
+        ordered = True  # whether the inline path appended `times` in order
+        top = key_seq = 0
         for event in events:
             event_id = event.event_id
             if event_id in seen:
                 continue
             seen.add(event_id)
-            key = event.key
-            state = keys.get(key)
-            if state is None:
-                state = keys[key] = KeyState(key)
-            state.apply(event)
             kind = event.kind
-            if kind is _ASSERT:
-                version_key[event.version_ids[0]] = key
-            elif kind is _DECISION:
-                self._decision(event)
-            if event.seq > watermark:
-                watermark = event.seq
-        self.watermark = watermark
+            if state._built or state._indexes or (kind is not _ASSERT and kind is not _SUPERSEDE):
+                if not ordered:
+                    times.sort()
+                    ordered = True
+                state.apply(event)
+                if kind is _ASSERT:
+                    version_key[event.version_ids[0]] = key
+                elif kind is _DECISION:
+                    self._decision(event)
+            else:
+                body = event.body
+                at = event.recorded_at
+                if kind is _ASSERT:
+                    version = event.version
+                    if version is None:
+                        version = FactVersion.from_payload(body["version"])
+                        vid = version.id
+                    else:  # the same id (events are built with it), without touching version
+                        vid = event.version_ids[0]
+                    versions[vid] = version
+                    if body.get("proposed"):
+                        proposed.add(vid)
+                    version_key[vid] = key
+                else:
+                    closes = body.get("closes_at")
+                    if closes is not None:
+                        try:  # `_stored`, inline
+                            closes = _fromiso(closes)
+                        except ValueError:
+                            closes = parse_instant(closes, "closes_at")
+                    old = body["old"]
+                    closing = _closing(Closing, (tuple(body["new"]), closes, at))
+                    existing = closings.get(old)
+                    if existing is None:
+                        closings[old] = [closing]
+                    else:
+                        existing.append(closing)
+                if event.key_seq > key_seq:
+                    key_seq = event.key_seq
+                times.append(at)  # sorted once at the end: a stable sort keeps equal times
+                ordered = False
+            if event.seq > top:
+                top = event.seq
+        if not ordered:
+            times.sort()
+        if key_seq > state.last_key_seq:
+            state.last_key_seq = key_seq
+        return top
 
     def state(self, key: FactKey) -> KeyState | None:
         return self.keys.get(key)
