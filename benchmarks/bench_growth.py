@@ -5,7 +5,10 @@ Writes benchmarks/results/growth.json.
 - conflicts: n different values asserted for one key over overlapping valid time (no
   supersession), through Memory.assert_fact; events written, write time, and resolve_at
   (now, a past valid time, and as of a past system time) against n, with the growth
-  exponent (least-squares slope of log cost on log n). Targets: events ≤ 1.2, resolve_at ≤ 1.3.
+  exponent (least-squares slope of log cost on log n) and the last decade's slope beside it
+  (fixed costs flatter the fit at small n); targets, on the larger of the two: events ≤ 1.2,
+  resolve_at ≤ 1.3. Writes are not targeted: each write rewrites its key's projection row,
+  which names every live version, so a write costs O(n) on a key with n live versions.
 - replay: the fold (toki.replay.replay) on the core benchmark's workload (supersession
   chains) and on a conflict-heavy one (20,000 assertions over 500 subjects x 7 fact keys,
   overlapping intervals), events/s each; target ≥ 500k/s and the conflict-heavy rate within
@@ -143,7 +146,11 @@ def main() -> None:
             "write_seconds",
         )
     }
+    # the fit over every n is flattered by fixed costs at small n: the last decade's slope
+    # (between the two largest n) is reported beside it, and the targets take the larger
+    tail = {metric: growth_exponent(ns[-2:], [r[metric] for r in rows[-2:]]) for metric in exps}
     print("  growth exponents:", {k: round(v, 3) for k, v in exps.items()})
+    print("  last-decade exponents:", {k: round(v, 3) for k, v in tail.items()})
     core_n = 100_000 if args.quick else 1_000_000
     core = replay_rate(make_events(core_n, 10_000), args.repeat)
     print("  replay core:", core)
@@ -155,16 +162,24 @@ def main() -> None:
         "quick": args.quick,
         "conflicts": rows,
         "growth_exponents": exps,
+        "last_decade_exponents": tail,
         "replay_core": core,
         "replay_conflict_heavy": heavy,
         "targets": {
-            "conflict_events_growth": {"target": 1.2, "measured": exps["events"]},
+            "conflict_events_growth": {
+                "target": 1.2,
+                "measured": max(exps["events"], tail["events"]),
+            },
             "resolve_at_growth": {
                 "target": 1.3,
                 "measured": max(
-                    exps["resolve_at_now_us"],
-                    exps["resolve_at_past_valid_us"],
-                    exps["resolve_at_past_system_us"],
+                    e[m]
+                    for e in (exps, tail)
+                    for m in (
+                        "resolve_at_now_us",
+                        "resolve_at_past_valid_us",
+                        "resolve_at_past_system_us",
+                    )
                 ),
             },
             "replay_events_per_s": {"target": 500_000, "measured": core["events_per_s"]},

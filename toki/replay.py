@@ -628,17 +628,24 @@ class Snapshot:
             )
 
     def fold(self, events: Iterable[Event]) -> None:
-        """`apply` over events in sequence order, one key at a time.
+        """`apply` over events (any order, duplicates allowed), one key at a time.
 
-        A key's state depends only on its own events in order (an event id names its key,
-        so duplicates are per key too), so the fold first buckets events by key and then
-        folds each bucket with that key's containers at hand: a bulk replay otherwise
-        spends most of its time fetching a different key's state from memory per event.
-        ASSERT and SUPERSEDE into a state that has built no query structures yet are
-        folded inline, as `KeyState.apply` would (tests hold the two paths to the same
-        state); every other event goes through `apply` itself."""
+        A key's state depends only on its own events in seq order (an event id names its
+        key, so duplicates are per key too), so the fold buckets events by key, sorts each
+        bucket by seq and folds it with that key's containers at hand: a bulk replay
+        otherwise spends most of its time fetching a different key's state from memory per
+        event. A batch of new, distinct events (the usual replay) is recorded as seen in one
+        set operation instead of a check per event. ASSERT and SUPERSEDE into a state that
+        has built no query structures yet are folded inline, as `KeyState.apply` would
+        (tests hold the two paths to the same state); every other event goes through
+        `apply` itself."""
+        batch = events if isinstance(events, list) else list(events)
+        ids = set(map(_id_of, batch))
+        fresh = len(ids) == len(batch) and self.seen.isdisjoint(ids)
+        if fresh:
+            self.seen.update(ids)
         by_key: dict[FactKey, list[Event]] = {}
-        for event in events:
+        for event in batch:
             bucket = by_key.get(event.key)
             if bucket is None:
                 by_key[event.key] = [event]
@@ -647,26 +654,29 @@ class Snapshot:
         keys = self.keys
         watermark = self.watermark
         for key, bucket in by_key.items():
+            bucket.sort(key=_seq_of)
             state = keys.get(key)
             if state is None:
                 state = keys[key] = KeyState(key)
-            last = self._fold_key(state, bucket)
+            last = self._fold_key(state, bucket, dedupe=not fresh)
             if last > watermark:
                 watermark = last
         self.watermark = watermark
 
-    def _fold_key(self, state: KeyState, events: list[Event]) -> int:
-        """Fold one key's events; the largest seq folded (0 if none was new)."""
+    def _fold_key(self, state: KeyState, events: list[Event], *, dedupe: bool) -> int:
+        """Fold one key's events in order; the largest seq folded (0 if none was new).
+        dedupe: skip (and record) seen events; False when the caller has done both."""
         seen, version_key, key = self.seen, self.version_key, state.key
         versions, proposed, closings = state.versions, state.proposed, state.closings
         times = state.times
         ordered = True  # whether the inline path appended `times` in order
         top = key_seq = 0
         for event in events:
-            event_id = event.event_id
-            if event_id in seen:
-                continue
-            seen.add(event_id)
+            if dedupe:
+                event_id = event.event_id
+                if event_id in seen:
+                    continue
+                seen.add(event_id)
             kind = event.kind
             if state._built or state._indexes or (kind is not _ASSERT and kind is not _SUPERSEDE):
                 if not ordered:
@@ -741,9 +751,7 @@ def replay(events: Iterable[Event], cutoff: datetime | None = None) -> Snapshot:
     cycles, and on large logs the collector's repeated scans cost half the time.
     """
     snapshot = Snapshot()
-    ordered = sorted(events, key=_seq_of)
-    if cutoff is not None:
-        ordered = [e for e in ordered if e.recorded_at <= cutoff]
+    ordered = list(events) if cutoff is None else [e for e in events if e.recorded_at <= cutoff]
     paused = gc.isenabled()
     gc.disable()
     try:
@@ -755,3 +763,4 @@ def replay(events: Iterable[Event], cutoff: datetime | None = None) -> Snapshot:
 
 
 _seq_of = attrgetter("seq")
+_id_of = attrgetter("event_id")
