@@ -26,6 +26,7 @@ pairs in `KeyState` and are listed beside the groups.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -156,6 +157,22 @@ class ConflictGroups:
             ]
             if len(members) > 1 and len({value_of(v) for v in members}) > 1:
                 out.append(tuple(sorted(members)))
+        return out
+
+    def open_now(
+        self, standing: AbstractSet[str], value_of: ValueOf
+    ) -> list[tuple[str, ...]]:
+        """`open_groups(None, ...)` from the versions standing now (neither revoked nor
+        closed entirely): set operations instead of a test per member."""
+        out = []
+        for group in self.groups.values():
+            members = (group.joined.keys() - group.left.keys()) & standing
+            if len(members) < 2:
+                continue
+            ordered = sorted(members)
+            first = value_of(ordered[0])
+            if any(value_of(v) != first for v in ordered):
+                out.append(tuple(ordered))
         return out
 
     def among(

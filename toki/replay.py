@@ -311,12 +311,11 @@ class KeyState:
         self._ensure_built()
         start = _MIN if valid.start is None else _us(valid.start)
         end = _MAX if valid.end is None else _us(valid.end)
-        out = []
-        for i in range(bisect_right(self.by_end, (start, "\uffff")), len(self.by_end)):
-            vid = self.by_end[i][1]
-            if self.standing[vid][0] < end:
-                out.append(vid)
-        return out
+        by_end, standing = self.by_end, self.standing
+        first = bisect_right(by_end, (start, "\uffff"))  # every later one ends after `start`
+        if end == _MAX:  # and all of those start before an open end
+            return [vid for _, vid in by_end[first:]]
+        return [vid for _, vid in by_end[first:] if standing[vid][0] < end]
 
     # -- per-version questions ---------------------------------------------------------------
 
@@ -363,10 +362,10 @@ class KeyState:
         open pairs; each a sorted tuple of version ids, the list sorted."""
         out: list[tuple[str, ...]] = list(self.open_pairs(as_of))
         if self.groups:
-            settled = self._settled_out
             if as_of is None and self._built:  # the latest epoch's structures know it
-                settled = self._not_standing
-            out.extend(self.groups.open_groups(as_of, settled, self._value_of))
+                out.extend(self.groups.open_now(self.standing.keys(), self._value_of))
+            else:
+                out.extend(self.groups.open_groups(as_of, self._settled_out, self._value_of))
         return sorted(out)
 
     def open_pairs(self, as_of: datetime | None = None) -> list[tuple[str, str]]:
@@ -393,10 +392,6 @@ class KeyState:
         """A member no longer in its conflict: revoked, or closed entirely (a claim that
         lost everywhere, a rejected one), logged resolution or not."""
         return self.is_revoked(vid, as_of) or self.effective(vid, as_of) is None
-
-    def _not_standing(self, vid: str, as_of: datetime | None) -> bool:
-        """`_settled_out` now, from the latest epoch's structures (built: O(1))."""
-        return vid not in self.standing
 
     def _value_of(self, vid: str) -> str:
         return self.versions[vid].value_json
@@ -492,12 +487,13 @@ class KeyState:
         """The per-key figures reconcile compares; independent of the wall clock."""
         self._ensure_built()
         live = sorted(self.active)
-        values = [[vid, self.versions[vid].value_json] for vid in live]
-        open_intervals = sum(
-            1
-            for i in range(bisect_left(self.by_end, (_MAX, "")), len(self.by_end))
-            if self.by_end[i][1] not in self.proposed_pending
-        )
+        versions, by_end = self.versions, self.by_end
+        values = [[vid, versions[vid].value_json] for vid in live]
+        first_open = bisect_left(by_end, (_MAX, ""))
+        open_intervals = len(by_end) - first_open
+        if self.proposed_pending:
+            pending = self.proposed_pending
+            open_intervals -= sum(1 for _, vid in by_end[first_open:] if vid in pending)
         conflicts = self.open_conflicts()
         return KeySummary(
             value_hash=digest(canonical_json_of_text(values)),
