@@ -113,7 +113,8 @@ def _rows_core(d: dict[str, Any] | None) -> list[Row]:
             for name, t in sorted(d.get("targets", {}).items())]
     sq = d.get("sqlite", {})
     if "raw_sqlite_same_rows_per_s" in sq:
-        rows.append(Row("core", "sqlite3 alone, same rows into the same schema (FULL / OFF sync)",
+        rows.append(Row("core", "sqlite3 alone, same rows into the same schema (FULL / OFF sync; "
+                        "key rows, key ids, id prefixes and chain links prebuilt)",
                         f"{fmt(sq['raw_sqlite_same_rows_per_s'], 'rows/s')} / "
                         f"{fmt(sq['raw_sqlite_same_rows_unsynced_per_s'], 'rows/s')}", "—",
                         "— (the database's floor under toki's append)"))
@@ -461,6 +462,10 @@ def machines(results: dict[str, dict[str, Any] | None]) -> list[str]:
         if m.get("measured_at"):
             parts.append(f"measured {m['measured_at']}")
         lines.append(f"- `results/{name}.json`: " + ", ".join(p for p in parts if p))
+        for section, sm in sorted(d.get("section_machines", {}).items()):
+            lines.append(f"  - its `{section}` section rerun on {sm.get('cpu') or 'cpu unknown'}, "
+                         f"{sm.get('cpu_count', '?')} cores, {sm.get('platform', '')}, measured "
+                         f"{sm.get('measured_at', '?')}")
     return lines or ["- no results yet"]
 
 

@@ -141,7 +141,7 @@ def test_a_version_2_sqlite_store_is_migrated(tmp_path: Path) -> None:
         assert mem.current(CITY, consumer="q").value == "Paris"
         assert len(mem.consumed_by("q")) == 1
         version = mem._store.execute("SELECT value FROM toki_meta WHERE name='schema_version'")  # type: ignore[attr-defined]
-        assert version == [(str(SCHEMA_VERSION),)] and SCHEMA_VERSION == 3
+        assert version == [(str(SCHEMA_VERSION),)] and SCHEMA_VERSION == 4
 
 
 def test_a_postgres_schema_at_version_3_is_migrated(pg_store: Any) -> None:

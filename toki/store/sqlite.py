@@ -8,6 +8,7 @@ leaves either the whole change or none of it.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import sqlite3
 import threading
@@ -25,32 +26,60 @@ from toki.replay import KeySummary
 from toki.store.base import ALL_SEQS, EVENT_COLUMNS, LOG_COLUMNS, Plan, events_from_rows
 from toki.time import format_instant, parse_instant
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+__all__ = ["INSERT_EVENT", "SCHEMA_VERSION", "SQLiteStore", "event_row", "id_prefix"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: events and projection; 2: each event's chain link (toki.chain; NULL before it);
-3: the consumption log (toki.consumption), append-only like the event log."""
+3: the consumption log (toki.consumption), append-only like the event log;
+4: events name their fact key by an integer id (`toki_key`), the event-id uniqueness check
+goes through an integer index of the id's first 8 bytes, no `recorded_at` index (no query
+used it). Files of versions 1-3 are rebuilt into this layout on open (`_migrate`)."""
+
+CACHE_KIB = 65536
+"""`PRAGMA cache_size` in KiB (a per-connection ceiling, filled on demand): the two event
+indexes of a 10^6-event log fit in it, so a batch's random index inserts stay in memory."""
+
+CHECKPOINT_PAGES = 10_000
+"""`PRAGMA wal_autocheckpoint`: copy the WAL into the database file once it holds this many
+pages (40 MB at 4 KiB pages; SQLite's default is 1,000). A 10,000-event batch writes more
+than 1,000 pages, so the default checkpointed after every such commit."""
 
 _NO_UPDATE = (
     "CREATE TRIGGER IF NOT EXISTS toki_event_no_update BEFORE UPDATE ON toki_event\n"
     "BEGIN SELECT RAISE(ABORT, 'toki_event is append-only: UPDATE is not allowed'); END"
 )
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS toki_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+_EVENT_TABLE = """
 CREATE TABLE IF NOT EXISTS toki_event (
     seq          INTEGER PRIMARY KEY,
+    key_id       INTEGER NOT NULL REFERENCES toki_key (id),
     key_seq      INTEGER NOT NULL,
     kind         TEXT NOT NULL,
-    fact_key     TEXT NOT NULL,
     recorded_at  TEXT NOT NULL,
     payload      TEXT NOT NULL,
     payload_hash TEXT NOT NULL,
-    event_id     TEXT NOT NULL UNIQUE,
+    event_id     TEXT NOT NULL,
+    id_prefix    INTEGER NOT NULL,
     chain        TEXT,
-    UNIQUE (fact_key, key_seq)
+    UNIQUE (key_id, key_seq)
 );
-CREATE INDEX IF NOT EXISTS toki_event_recorded ON toki_event (recorded_at);
+CREATE INDEX IF NOT EXISTS toki_event_id_prefix ON toki_event (id_prefix);
+"""
+
+_SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS toki_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS toki_key (id INTEGER PRIMARY KEY, fact_key TEXT NOT NULL UNIQUE);
+CREATE TRIGGER IF NOT EXISTS toki_key_no_update BEFORE UPDATE ON toki_key
+BEGIN SELECT RAISE(ABORT, 'toki_key is append-only: UPDATE is not allowed'); END;
+CREATE TRIGGER IF NOT EXISTS toki_key_no_delete BEFORE DELETE ON toki_key
+BEGIN SELECT RAISE(ABORT, 'toki_key is append-only: DELETE is not allowed'); END;
+"""
+    + _EVENT_TABLE
+    + """
+CREATE TRIGGER IF NOT EXISTS toki_event_unique_id BEFORE INSERT ON toki_event
+WHEN EXISTS (SELECT 1 FROM toki_event WHERE id_prefix = NEW.id_prefix AND event_id = NEW.event_id)
+BEGIN SELECT RAISE(ABORT, 'UNIQUE constraint failed: toki_event.event_id'); END;
 {no_update};
 CREATE TRIGGER IF NOT EXISTS toki_event_no_delete BEFORE DELETE ON toki_event
 BEGIN SELECT RAISE(ABORT, 'toki_event is append-only: DELETE is not allowed'); END;
@@ -74,26 +103,46 @@ CREATE TRIGGER IF NOT EXISTS toki_consumption_no_update BEFORE UPDATE ON toki_co
 BEGIN SELECT RAISE(ABORT, 'toki_consumption is append-only: UPDATE is not allowed'); END;
 CREATE TRIGGER IF NOT EXISTS toki_consumption_no_delete BEFORE DELETE ON toki_consumption
 BEGIN SELECT RAISE(ABORT, 'toki_consumption is append-only: DELETE is not allowed'); END;
-""".replace("{no_update}", _NO_UPDATE)
+"""
+).replace("{no_update}", _NO_UPDATE)
 
 
 INSERT_EVENT = (
-    "INSERT INTO toki_event (seq, key_seq, kind, fact_key, recorded_at, payload, payload_hash, "
-    "event_id, chain) VALUES (?,?,?,?,?,?,?,?,?)"
+    "INSERT INTO toki_event (seq, key_id, key_seq, kind, recorded_at, payload, payload_hash, "
+    "event_id, id_prefix, chain) VALUES (?,?,?,?,?,?,?,?,?,?)"
 )
 
 
-def event_row(e: Event, link: str | None = None) -> tuple[object, ...]:
-    """An event as a `toki_event` row (the columns of `INSERT_EVENT`, in order)."""
+def id_prefix(event_id: str) -> int:
+    """The first 8 bytes of an event id (`e-` + hex) as a signed 64-bit integer: the key of
+    the index through which the event-id uniqueness check goes. Distinct ids may share it
+    (the check compares the whole id among the rows that do), so any deterministic value is
+    correct; an id whose characters 3-18 are not hex gets a hash of its text instead."""
+    try:
+        value = int(event_id[2:18], 16)
+    except ValueError:
+        value = int.from_bytes(hashlib.sha256(event_id.encode()).digest()[:8], "big")
+    return value - _2_64 if value >= _2_63 else value
+
+
+_2_63 = 1 << 63
+_2_64 = 1 << 64
+
+
+def event_row(e: Event, key_id: int, link: str | None = None) -> tuple[object, ...]:
+    """An event as a `toki_event` row (the columns of `INSERT_EVENT`, in order); `key_id`
+    is its fact key's id in `toki_key`."""
+    event_id = e.event_id
     return (
         e.seq,
+        key_id,
         e.key_seq,
-        e.kind.value,
-        _key_text(e.key),
+        e.kind._value_,  # the enum's value without the property lookup (hot in append)
         e.body["_recorded_at"],
         e.payload,
         e.payload_hash,
-        e.event_id,
+        event_id,
+        id_prefix(event_id),
         link,
     )
 
@@ -107,6 +156,9 @@ class SQLiteStore:
         self.busy_timeout = busy_timeout
         self._lock = threading.RLock()
         self._depth = 0
+        self._key_ids: dict[str, int] = {}
+        """fact key text → its toki_key id, for ids this connection has seen committed or
+        written in the open transaction (forgotten on rollback; toki_key never changes a row)"""
         try:
             self._conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
@@ -122,41 +174,94 @@ class SQLiteStore:
 
     def _init_schema(self) -> None:
         conn = self._conn
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        tables = _tables(conn)
         if tables and "toki_meta" not in tables:  # before any PRAGMA: leave the file untouched
             raise StoreError(
                 f"url: {self.path} is a SQLite database but not a toki store (it has tables "
                 f"{', '.join(sorted(tables)[:5])} and no toki_meta); it was left untouched "
                 "(open a new file, or the toki store you meant)"
             )
+        version = self._version(tables)  # a newer file is refused before anything is written
         if self.path != ":memory:":
             conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
-        conn.executescript(_SCHEMA)
-        row = conn.execute("SELECT value FROM toki_meta WHERE name='schema_version'").fetchone()
+        conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        conn.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_PAGES}")
+        if version is None or version < SCHEMA_VERSION:
+            conn.execute("BEGIN IMMEDIATE")  # a second process opening the same old file waits
+            try:
+                tables = _tables(conn)
+                version = self._version(tables)  # what the file holds now, under the lock
+                if version is None or version < SCHEMA_VERSION:
+                    self._migrate(tables)
+                    for statement in _STATEMENTS:
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT OR REPLACE INTO toki_meta VALUES ('schema_version', ?)",
+                        (str(SCHEMA_VERSION),),
+                    )
+                    conn.execute("INSERT OR IGNORE INTO toki_meta VALUES ('watermark', '0')")
+                conn.execute("COMMIT")
+            except BaseException:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        conn.executescript(_SCHEMA)  # recreates a dropped trigger or index
+
+    def _version(self, tables: set[str]) -> int | None:
+        """The file's schema version (None: a new file); a newer one than ours is refused."""
+        if "toki_meta" not in tables:
+            return None
+        row = self._conn.execute(
+            "SELECT value FROM toki_meta WHERE name='schema_version'"
+        ).fetchone()
         if row is None:
-            conn.execute(
-                "INSERT OR IGNORE INTO toki_meta VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
-            conn.execute("INSERT OR IGNORE INTO toki_meta VALUES ('watermark', '0')")
-        elif int(row[0]) > SCHEMA_VERSION:
+            return None
+        if int(row[0]) > SCHEMA_VERSION:
             raise StoreError(
                 f"url: {self.path} has schema version {row[0]}, newer than this toki "
                 f"({SCHEMA_VERSION}); upgrade toki"
             )
-        elif int(row[0]) < SCHEMA_VERSION:
-            # 2: the chain column (Memory chains the old events on open); 3: the consumption
-            # table, which the CREATE … IF NOT EXISTS script above has already added
-            conn.execute("BEGIN IMMEDIATE")
-            columns = {r[1] for r in conn.execute("PRAGMA table_info(toki_event)")}
+        return int(row[0])
+
+    def _migrate(self, tables: set[str]) -> None:
+        """Inside the open transaction: bring a version 1-3 event table to version 4's layout.
+        Versions 1-3 keyed events by the fact key's text (`fact_key` column, UNIQUE with
+        key_seq) and checked event ids by a UNIQUE text index; the rows are copied in seq
+        order into the new table (every column kept, the fact key through its id), which
+        re-runs every check of the new schema on them. Version 1 had no chain column: its
+        links stay NULL until Memory.open chains the log. The consumption table (3) comes
+        from the schema statements that follow."""
+        conn = self._conn
+        if "toki_event" not in tables:
+            return
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(toki_event)")}
+        if "fact_key" not in columns:  # already keyed by id (a version-4 table)
             if "chain" not in columns:
                 conn.execute("ALTER TABLE toki_event ADD COLUMN chain TEXT")
-            conn.execute(
-                "UPDATE toki_meta SET value=? WHERE name='schema_version'", (str(SCHEMA_VERSION),)
-            )
-            conn.execute("COMMIT")
+            return
+        conn.execute("ALTER TABLE toki_event RENAME TO toki_event_old")
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='trigger' AND tbl_name='toki_event_old'"
+        ).fetchall():
+            conn.execute(f'DROP TRIGGER "{name}"')
+        for statement in _STATEMENTS:
+            conn.execute(statement)
+        conn.create_function("toki_id_prefix", 1, id_prefix, deterministic=True)
+        conn.execute(
+            "INSERT OR IGNORE INTO toki_key (fact_key) SELECT fact_key FROM toki_event_old "
+            "ORDER BY seq"
+        )
+        chain = "o.chain" if "chain" in columns else "NULL"
+        conn.execute(
+            "INSERT INTO toki_event (seq, key_id, key_seq, kind, recorded_at, payload, "
+            "payload_hash, event_id, id_prefix, chain) "
+            "SELECT o.seq, k.id, o.key_seq, o.kind, o.recorded_at, o.payload, o.payload_hash, "
+            f"o.event_id, toki_id_prefix(o.event_id), {chain} "
+            "FROM toki_event_old o JOIN toki_key k ON k.fact_key = o.fact_key ORDER BY o.seq"
+        )
+        conn.execute("DROP TABLE toki_event_old")
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
@@ -195,9 +300,11 @@ class SQLiteStore:
                 if outermost:
                     self._run("COMMIT")
             except BaseException:
-                if outermost and self._conn.in_transaction:
-                    with suppress(sqlite3.Error):  # the original error is the one to report
-                        self._conn.execute("ROLLBACK")
+                if outermost:
+                    self._key_ids.clear()  # ids inserted by the rolled-back transaction are gone
+                    if self._conn.in_transaction:
+                        with suppress(sqlite3.Error):  # the original error is the one to report
+                            self._conn.execute("ROLLBACK")
                 raise
             finally:
                 self._depth -= 1
@@ -215,11 +322,18 @@ class SQLiteStore:
         with self._locked(), self._errors():
             texts = sorted(_key_text(k) for k in keys)
             rows = self._conn.execute(
-                f"SELECT {EVENT_COLUMNS} FROM toki_event WHERE fact_key IN "
-                f"({','.join('?' * len(texts))}) ORDER BY key_seq",
+                f"SELECT {EVENT_COLUMNS} FROM toki_event WHERE key_id IN (SELECT id FROM "
+                f"toki_key WHERE fact_key IN ({','.join('?' * len(texts))})) ORDER BY key_seq",
                 texts,
             ).fetchall()
             partition = list(events_from_rows(rows, self.path))
+            stray = next((e for e in partition if e.key not in keys), None)
+            if stray is not None:
+                raise IntegrityError(
+                    f"{self.path}: event seq {stray.seq} is stored under another fact key "
+                    f"than its payload's ({stray.key}): toki_key or toki_event.key_id was "
+                    "changed outside toki; run `toki verify URL`"
+                )
             events, summaries = plan(partition, self.last_seq())
             if events:
                 self.append(events, summaries, events[-1].seq)
@@ -249,7 +363,7 @@ class SQLiteStore:
     ) -> None:
         with self._locked(), self._errors():
             if events:
-                self._conn.executemany(INSERT_EVENT, self._linked(events))
+                self._insert(events)
             if replace:
                 self._conn.execute("DELETE FROM toki_current")
             self._conn.executemany(
@@ -270,8 +384,14 @@ class SQLiteStore:
                 "UPDATE toki_meta SET value=? WHERE name='watermark'", (str(watermark),)
             )
 
-    def _linked(self, events: Sequence[Event]) -> list[tuple[object, ...]]:
-        """Rows with their chain links, continuing from the last stored event's link."""
+    def _insert(self, events: Sequence[Event]) -> None:
+        """Insert events with their key ids and chain links, continuing from the last stored
+        event's link."""
+        prev, key_ids = self._link_start(), self._key_ids_for(events)
+        self._conn.executemany(INSERT_EVENT, _rows(events, key_ids, prev))
+
+    def _link_start(self) -> str:
+        """The link of the last stored event (GENESIS for an empty log)."""
         last = self._conn.execute(
             "SELECT seq, chain FROM toki_event ORDER BY seq DESC LIMIT 1"
         ).fetchone()
@@ -282,11 +402,34 @@ class SQLiteStore:
                 "an earlier toki and is not chained yet (open it with Memory.open once, which "
                 "chains it and records that as a CHAIN event)"
             )
-        rows = []
-        for e in events:
-            prev = link(prev, e)
-            rows.append(event_row(e, prev))
-        return rows
+        return str(prev)
+
+    def _key_ids_for(self, events: Sequence[Event]) -> list[int]:
+        """Each event's toki_key id, in order."""
+        texts = [_key_text(e.key) for e in events]
+        ids = self._key_ids
+        missing = [t for t in dict.fromkeys(texts) if t not in ids]
+        if missing:
+            self._key_ids_of(missing)
+        return [ids[t] for t in texts]
+
+    def _key_ids_of(self, texts: Sequence[str]) -> None:
+        """Learn the toki_key ids of fact keys, inserting those that have none (inside the
+        write transaction: a rollback forgets them again, see `_locked`)."""
+        conn = self._conn
+        conn.executemany(
+            "INSERT OR IGNORE INTO toki_key (fact_key) VALUES (?)", [(t,) for t in texts]
+        )
+        for i in range(0, len(texts), 500):
+            part = texts[i : i + 500]
+            marks = ",".join("?" * len(part))
+            found = conn.execute(
+                f"SELECT fact_key, id FROM toki_key WHERE fact_key IN ({marks})", part
+            ).fetchall()
+            self._key_ids.update((str(t), int(k)) for t, k in found)
+        lost = [t for t in texts if t not in self._key_ids]
+        if lost:  # pragma: no cover - the INSERT above gave each one an id
+            raise StoreError(f"{self.path}: toki_key has no id for {lost[0]}")
 
     def set_links(self, links: Sequence[tuple[int, str]]) -> None:
         """The one-time migration of an unchained log: store the links of events that have
@@ -361,6 +504,33 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _rows(events: Sequence[Event], key_ids: Sequence[int], prev: str) -> list[tuple[object, ...]]:
+    """`toki_event` rows of consecutive events, chained on from `prev`."""
+    rows = []
+    for e, key_id in zip(events, key_ids, strict=True):
+        prev = link(prev, e)
+        rows.append(event_row(e, key_id, prev))
+    return rows
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def _statements(script: str) -> list[str]:
+    """A script's statements one by one (to run them inside a transaction we hold)."""
+    out, current = [], ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            out.append(current.strip())
+            current = ""
+    return out
+
+
+_STATEMENTS = _statements(_SCHEMA)
 
 
 def _bound(text: str | None) -> str | None:
