@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toki import FactKey, Memory
 from toki.errors import (
@@ -18,7 +20,7 @@ from toki.errors import (
     TokiError,
     UnknownVersion,
 )
-from toki.time import Interval, parse_instant
+from toki.time import Interval, format_instant, parse_instant
 
 K = FactKey(tenant="t1", subject="u1", fact_key="city")
 
@@ -262,6 +264,34 @@ def test_time_parsing_normalises_offsets_to_utc() -> None:
     assert a.utcoffset() is not None and a.utcoffset().total_seconds() == 0  # type: ignore[union-attr]
     with pytest.raises(InvalidTime):
         parse_instant(1234567890)
+
+
+def _parsed_or_error(text: str) -> object:
+    try:
+        return parse_instant(text, "t")
+    except InvalidTime as exc:
+        return ("InvalidTime", type(exc))
+
+
+_z_texts = st.one_of(
+    st.datetimes(timezones=st.just(UTC)).map(format_instant),
+    st.datetimes().map(lambda d: d.isoformat() + "Z"),
+    st.dates().map(lambda d: d.isoformat() + "Z"),
+    st.text(alphabet="0123456789-T:.+ W", max_size=26).map(lambda t: t + "Z"),
+    st.sampled_from(["999-01-01T00:00:00Z", "0999-01-01T00:00:00Z", " 2026-01-01T00:00:00Z"]),
+)
+
+
+@settings(max_examples=600, derandomize=True)
+@given(_z_texts)
+def test_the_fast_path_for_z_times_parses_as_the_offset_form_does(text: str) -> None:
+    """parse_instant reads `...Z` with the C parser directly; the result (or the refusal)
+    must be the general path's, which reads the same text with +00:00 instead of Z."""
+    fast = _parsed_or_error(text)
+    general = _parsed_or_error(text[:-1] + "+00:00")
+    assert fast == general
+    if isinstance(fast, datetime):
+        assert fast.utcoffset() == timedelta(0)
 
 
 def test_interval_semantics() -> None:

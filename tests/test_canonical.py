@@ -18,10 +18,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toki.canonical import canonical_json, canonical_json_of_text, canonical_json_stdlib
+from toki.canonical import (
+    canonical_json,
+    canonical_json_of_text,
+    canonical_json_stdlib,
+    decode_json,
+)
 from toki.memory import Memory
 from toki.model import FactKey
 
@@ -141,3 +147,42 @@ def test_rows_of_text_encode_like_the_standard_library_without_the_round_trip(
     rows: list[list[str]],
 ) -> None:
     assert canonical_json_of_text(rows) == canonical_json_stdlib(rows) == canonical_json(rows)
+
+
+def _decoded_alike(text: str) -> None:
+    """decode_json must give what json.loads gives, value and type, at every depth."""
+    expected = json.loads(text)
+    got = decode_json(text)
+    assert got == expected or (got != got and expected != expected)
+    assert repr(got) == repr(expected)  # types too (1 vs 1.0, -0.0 vs 0.0)
+
+
+@settings(max_examples=800, derandomize=True)
+@given(_json)
+def test_decode_json_reads_canonical_and_loose_texts_like_the_standard_library(
+    value: Any,
+) -> None:
+    _decoded_alike(canonical_json_stdlib(value))
+    _decoded_alike(json.dumps(value, indent=1))  # whitespace, \\u escapes, surrogates
+
+
+def test_decode_json_falls_back_where_msgspec_refuses_and_fails_like_json() -> None:
+    for text in ('"\\ud800"', "1e400", "-1e400", "NaN", "[Infinity]", '{"a":1,"a":2}'):
+        _decoded_alike(text)
+    for bad in ("", "{", "[1,]", "nul"):
+        try:
+            json.loads(bad)
+        except ValueError as exc:
+            with pytest.raises(type(exc)):
+                decode_json(bad)
+
+
+def test_every_payload_of_the_demo_store_decodes_alike() -> None:
+    mem = Memory(clock=lambda: datetime(2026, 9, 1, tzinfo=UTC))
+    key = FactKey("t", "alice", "mood")
+    first = mem.assert_fact(
+        key, {"x": [1.5e-7, 2**70, "é\u2028"]}, valid_from="2026-01-01T00:00:00Z", source_id="s"
+    )
+    mem.supersede(first, "tense", valid_from="2026-02-01T00:00:00Z", source_id="s2")
+    for event in mem.events():
+        _decoded_alike(event.payload)

@@ -153,6 +153,19 @@ def canonical_json_of_text(value: list[list[str]]) -> str:
         return _STDLIB.encode(value)
 
 
+_READ = msgspec.json.Decoder()
+
+
+def decode_json(text: str) -> Any:
+    """`json.loads(text)`, about twice as fast: msgspec decodes, and wherever it refuses
+    what the standard library reads (lone surrogates, numbers beyond a double, NaN) the
+    standard library does. Where msgspec accepts it returns the same values (tested)."""
+    try:
+        return _READ.decode(text)
+    except (msgspec.DecodeError, UnicodeEncodeError):  # a raw lone surrogate is not UTF-8
+        return json.loads(text)
+
+
 def canonical_json_stdlib(value: object) -> str:
     """The reference definition `canonical_json` must agree with byte for byte (tests)."""
     return _STDLIB.encode(value)

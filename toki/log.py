@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import enum
 import functools
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from toki.canonical import canonical_json, digest
+from toki.canonical import canonical_json, decode_json, digest
 from toki.errors import IntegrityError
 from toki.model import FactKey, FactVersion
 from toki.time import format_instant, parse_instant
@@ -140,7 +139,7 @@ def event_from_record(
     payload of an ASSERT against its id (canonical JSON of the version: slower).
     """
     payload = str(record["payload"])
-    body = json.loads(payload)
+    body = decode_json(payload)
     kind = EventKind(record["kind"])
     k = body["_key"]
     key = _key_of(k["tenant"], k["subject"], k["fact_key"], k["scope_kind"], k["scope_key"])

@@ -38,7 +38,7 @@ from toki.model import (
 from toki.model import source_hash_of as _source_hash_of
 from toki.partition import Partition
 from toki.projection import ReconcileReport, reconcile
-from toki.replay import KeyState, KeySummary, Snapshot, replay
+from toki.replay import KeyState, KeySummary, Snapshot, gc_paused, replay
 from toki.store.base import EventStore, Steps, drive, transact_steps
 from toki.store.memory import InMemoryStore
 from toki.time import BoundSource, Interval, TimeLike, format_instant, parse_instant
@@ -136,15 +136,19 @@ class MemoryBase:
     def _load(self) -> None:
         """Fold the log; reconcile the stored projection against the same consistent read."""
         self._store.sequence()  # events a crashed writer committed but never sequenced
-        events, unsequenced, watermark, stored = self._store.load_state()
-        chained = self._chain_old_log(events)
-        for event in events:
-            self._fold(event)
+        with gc_paused():
+            events, unsequenced, watermark, stored = self._store.load_state()
+            chained = self._chain_old_log(events)
+            # one bulk replay of the events the log admits: the state folding them one by one
+            # gives (tested), and the replay reconcile compares the stored projection with
+            self._snapshot = replay([e for e in events if self._admit(e)])
         if self._log.last_seq == 0 and not stored and not unsequenced:
             return
-        replayed = replay(events)
-        for event in unsequenced:  # committed after our sequencing: the projection has them
-            replayed.apply(event)
+        replayed = self._snapshot
+        if unsequenced:  # committed after our sequencing: the projection has them, we not yet
+            replayed = replay(self._log)
+            for event in unsequenced:
+                replayed.apply(event)
         replayed.watermark = self._log.last_seq
         self.open_report = report = reconcile(stored, watermark, replayed)
         if not report.ok:
@@ -192,10 +196,14 @@ class MemoryBase:
         recorded = self._now()
         self._write([LOG_KEY], lambda p: [p.new(EventKind.CHAIN, LOG_KEY, recorded, (), body)])
 
-    def _fold(self, event: Event) -> None:
+    def _admit(self, event: Event) -> bool:
+        """Check the event's chain link and add it to the log; False for a duplicate."""
         if self._chain is not None:  # seqs dense from 1, stored links as recomputed
             self._chain.add(event, event.chain)
-        if self._log.add(event):
+        return self._log.add(event)
+
+    def _fold(self, event: Event) -> None:
+        if self._admit(event):
             self._snapshot.apply(event)
 
     def _catch_up(self) -> int:

@@ -54,7 +54,6 @@ class Partition:
                 continue
             state._ensure_built()  # a cache the live state then maintains per event
             snap.keys[key] = state.clone()
-            snap.version_key.update(dict.fromkeys(state.versions, key))
             part._key_seq[key] = state.last_key_seq
         snap.holds.update((t, k) for t, k in live.holds.items() if k in part.keys)
         snap.watermark = live.watermark
@@ -66,11 +65,17 @@ class Partition:
         return self.snapshot.state(key)
 
     def version(self, vid: str) -> FactVersion | None:
-        return self.snapshot.version(vid)
+        """A version of one of the partition's keys (a write touches few keys: asking each
+        is cheaper than indexing every version of a hot key per write)."""
+        for state in self.snapshot.keys.values():
+            version = state.versions.get(vid)
+            if version is not None:
+                return version
+        return None
 
     def resolve(self, ref: FactVersion | str, field: str = "version") -> FactVersion:
         vid = ref.id if isinstance(ref, FactVersion) else ref
-        version = self.snapshot.version(vid)
+        version = self.version(vid)
         if version is None:
             raise UnknownVersion(vid, field)
         return version

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import gc
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
@@ -33,7 +34,7 @@ from toki.log import CONFIG_KEY, Event, EventKind
 from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution
 from toki.time import BoundSource, Interval, format_instant, parse_instant
 
-__all__ = ["KeyState", "KeySummary", "Snapshot", "replay"]
+__all__ = ["KeyState", "KeySummary", "Snapshot", "gc_paused", "replay"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -138,13 +139,15 @@ class KeyState:
     proposed: set[str] = field(default_factory=set)
     settled: set[str] = field(default_factory=set)  # HOLD tokens confirmed or rejected
     confirmed: dict[str, datetime] = field(default_factory=dict)
-    closings: dict[str, list[Closing]] = field(default_factory=dict)
+    # Values of the per-version maps are immutable (tuples, frozensets): a write folds into a
+    # clone of its key's state, and a clone then copies one pointer per entry, not a container
+    closings: dict[str, tuple[Closing, ...]] = field(default_factory=dict)
     revoked: dict[str, tuple[datetime, str]] = field(default_factory=dict)
     conflicts_opened: dict[tuple[str, str], datetime] = field(default_factory=dict)
     conflicts_resolved: dict[tuple[str, str], tuple[datetime, str | None]] = field(
         default_factory=dict
     )
-    conflicts_of: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    conflicts_of: dict[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
     groups: ConflictGroups = field(default_factory=ConflictGroups)
     decisions: list[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
     policies: list[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
@@ -156,7 +159,7 @@ class KeyState:
     by_end: list[tuple[int, str]] = field(default_factory=list)  # standing, sorted by end
     active: set[str] = field(default_factory=set)
     proposed_pending: set[str] = field(default_factory=set)
-    closed_by: dict[str, set[str]] = field(default_factory=dict)  # new id -> old ids, once built
+    closed_by: dict[str, frozenset[str]] = field(default_factory=dict)  # new -> olds, once built
     _built: bool = False  # latest-epoch structures are built on first use, then maintained
     _indexes: dict[int, _Index] = field(default_factory=dict)
 
@@ -180,11 +183,7 @@ class KeyState:
             new_ids = tuple(body["new"])
             old = body["old"]
             closing = _closing(Closing, (new_ids, None if closes is None else _stored(closes), at))
-            existing = self.closings.get(old)
-            if existing is None:
-                self.closings[old] = [closing]
-            else:
-                existing.append(closing)
+            self.closings[old] = (*self.closings.get(old, ()), closing)
             if self._built:
                 self._closed_by(old, new_ids)
             touched = (old,)
@@ -205,8 +204,8 @@ class KeyState:
             else:  # a store written before conflict groups: one event per pair
                 pair = _pair(body["left"], body["right"])
                 self.conflicts_opened[pair] = at
-                self.conflicts_of.setdefault(pair[0], set()).add(pair)
-                self.conflicts_of.setdefault(pair[1], set()).add(pair)
+                for vid in pair:
+                    self.conflicts_of[vid] = self.conflicts_of.get(vid, frozenset()) | {pair}
         elif kind is _CONFLICT_RESOLVE:
             if "group" in body:
                 self.groups.apply_resolve(body, at)
@@ -241,11 +240,11 @@ class KeyState:
             proposed=set(self.proposed),
             settled=set(self.settled),
             confirmed=dict(self.confirmed),
-            closings={k: list(v) for k, v in self.closings.items()},
+            closings=dict(self.closings),
             revoked=dict(self.revoked),
             conflicts_opened=dict(self.conflicts_opened),
             conflicts_resolved=dict(self.conflicts_resolved),
-            conflicts_of={k: set(v) for k, v in self.conflicts_of.items()},
+            conflicts_of=dict(self.conflicts_of),
             decisions=list(self.decisions),
             policies=list(self.policies),
             configs=list(self.configs),
@@ -255,7 +254,7 @@ class KeyState:
             by_end=list(self.by_end),
             active=set(self.active),
             proposed_pending=set(self.proposed_pending),
-            closed_by={k: set(v) for k, v in self.closed_by.items()},
+            closed_by=dict(self.closed_by),
             groups=self.groups.clone(),
             _built=self._built,
         )
@@ -275,10 +274,7 @@ class KeyState:
         closed_by = self.closed_by
         for new in new_ids:
             olds = closed_by.get(new)
-            if olds is None:
-                closed_by[new] = {old}
-            else:
-                olds.add(old)
+            closed_by[new] = frozenset((old,)) if olds is None else olds | {old}
 
     def _refresh(self, vid: str) -> None:
         """Recompute one version's place in the latest-epoch structures."""
@@ -707,10 +703,7 @@ class Snapshot:
                     old = body["old"]
                     closing = _closing(Closing, (tuple(body["new"]), closes, at))
                     existing = closings.get(old)
-                    if existing is None:
-                        closings[old] = [closing]
-                    else:
-                        existing.append(closing)
+                    closings[old] = (closing,) if existing is None else (*existing, closing)
                 if event.key_seq > key_seq:
                     key_seq = event.key_seq
                 times.append(at)  # sorted once at the end: a stable sort keeps equal times
@@ -740,21 +733,26 @@ class Snapshot:
         return {k: s.summary() for k, s in self.keys.items()}
 
 
-def replay(events: Iterable[Event], cutoff: datetime | None = None) -> Snapshot:
-    """Fold events (any order, duplicates allowed) recorded at or before `cutoff`.
-
-    The cyclic garbage collector is paused while folding: the fold creates no reference
-    cycles, and on large logs the collector's repeated scans cost half the time.
-    """
-    snapshot = Snapshot()
-    ordered = list(events) if cutoff is None else [e for e in events if e.recorded_at <= cutoff]
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many acyclic objects (decoding and
+    folding a log create no reference cycles): on large logs its repeated scans of
+    everything built so far cost as much as the building itself."""
     paused = gc.isenabled()
     gc.disable()
     try:
-        snapshot.fold(ordered)
+        yield
     finally:
         if paused:
             gc.enable()
+
+
+def replay(events: Iterable[Event], cutoff: datetime | None = None) -> Snapshot:
+    """Fold events (any order, duplicates allowed) recorded at or before `cutoff`."""
+    snapshot = Snapshot()
+    with gc_paused():
+        ordered = list(events) if cutoff is None else [e for e in events if e.recorded_at <= cutoff]
+        snapshot.fold(ordered)
     return snapshot
 
 

@@ -50,6 +50,11 @@ def parse_instant(value: object, field: str = "time") -> datetime:
             )
         return _to_utc(value, field, value.isoformat())
     if isinstance(value, str):
+        if value[-1:] == "Z":  # toki's own form: the C parser reads it (3.11 takes Z as UTC)
+            try:
+                return datetime.fromisoformat(value)
+            except ValueError:
+                pass  # e.g. an unpadded year, written by toki < 0.2
         text = value.strip()
         if not text:
             raise InvalidTime(field, "empty time string", "use RFC 3339, e.g. 2026-07-03T00:00:00Z")
