@@ -53,7 +53,6 @@ _CONFLICT_RESOLVE = EventKind.CONFLICT_RESOLVE
 _DECISION = EventKind.DECISION
 _POLICY = EventKind.POLICY
 _CONFIG = EventKind.CONFIG
-_fromiso = datetime.fromisoformat
 _closing = tuple.__new__  # NamedTuple's own __new__ is Python code: 3x slower per event
 
 
@@ -182,7 +181,8 @@ class KeyState:
             # our own canonical RFC 3339 text (toki < 0.2 wrote unpadded years < 1000)
             new_ids = tuple(body["new"])
             old = body["old"]
-            closing = _closing(Closing, (new_ids, None if closes is None else _stored(closes), at))
+            ends = None if closes is None else parse_instant(closes, "closes_at")
+            closing = _closing(Closing, (new_ids, ends, at))
             self.closings[old] = (*self.closings.get(old, ()), closing)
             if self._built:
                 self._closed_by(old, new_ids)
@@ -558,15 +558,6 @@ class KeyState:
         }
 
 
-def _stored(text: str) -> datetime:
-    """Our own canonical RFC 3339 text: the C parser suffices (3.11 reads the Z), except for
-    the unpadded years before 1000 that toki < 0.2 wrote."""
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return parse_instant(text, "closes_at")
-
-
 def _fmt(at: datetime | None) -> str | None:
     return None if at is None else format_instant(at)
 
@@ -696,10 +687,7 @@ class Snapshot:
                 else:
                     closes = body.get("closes_at")
                     if closes is not None:
-                        try:  # `_stored`, inline
-                            closes = _fromiso(closes)
-                        except ValueError:
-                            closes = parse_instant(closes, "closes_at")
+                        closes = parse_instant(closes, "closes_at")
                     old = body["old"]
                     closing = _closing(Closing, (tuple(body["new"]), closes, at))
                     existing = closings.get(old)
