@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from toki import Claim, FactKey, Memory
-from toki.algebra import LWW
+from tests.small_history import K, write_small_history
+from toki import Memory
 from toki.canonical import digest as sha
 from toki.chain import GENESIS, Digest, link
 from toki.cli import main
@@ -23,8 +23,6 @@ from toki.errors import IntegrityError, InvalidInput
 from toki.log import EventKind, _event_id, event_from_record
 from toki.store.base import ALL_SEQS
 
-K = FactKey("t1", "u1", "city")
-OTHER = FactKey("t1", "u2", "city")
 KEY = b"kept-outside-the-store"
 
 
@@ -71,12 +69,7 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
 def _fill(t: Target) -> tuple[Digest, Digest]:
     """A small history with a DECISION; returns the digest and a keyed digest saved now."""
     with t.open() as mem:
-        mem.write(Claim(K, "Lisbon", "msg-1", "2026-01-01T00:00:00Z",
-                        recorded_at="2026-02-01T00:00:00Z"), LWW)
-        mem.write(Claim(K, "Berlin", "msg-2", "2026-01-01T00:00:00Z",
-                        recorded_at="2026-03-01T00:00:00Z"), LWW)
-        mem.assert_fact(OTHER, "Oslo", valid_from="2026-01-01T00:00:00Z",
-                        recorded_at="2026-03-02T00:00:00Z", source_id="msg-3")
+        write_small_history(mem)
         kinds = [e.kind for e in mem.events()]
         assert EventKind.DECISION in kinds and mem.verify().ok
         return mem.digest(), mem.digest(key=KEY)

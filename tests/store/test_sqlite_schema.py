@@ -10,16 +10,14 @@ from pathlib import Path
 import pytest
 
 import toki.store.sqlite as sqlite_store
-from toki import Claim, FactKey, Memory
-from toki.algebra import LWW
+from tests.small_history import OTHER, K, write_small_history
+from toki import FactKey, Memory
 from toki.errors import ConstraintViolation, IntegrityError, StoreError
 from toki.isolation import Isolation
 from toki.log import Event, EventKind
 from toki.store.base import EVENT_COLUMNS
 from toki.store.sqlite import CACHE_KIB, CHECKPOINT_PAGES, SCHEMA_VERSION, SQLiteStore, id_prefix
 
-K = FactKey("t1", "u1", "city")
-OTHER = FactKey("t1", "u2", "city")
 NEW = FactKey("t1", "u3", "city")
 
 # The DDL of schema 3 as toki wrote it before schema 4 (toki/store/sqlite.py at version 3),
@@ -70,15 +68,6 @@ BEGIN SELECT RAISE(ABORT, 'toki_consumption is append-only: DELETE is not allowe
 """
 
 
-def _fill(mem: Memory) -> None:
-    mem.write(Claim(K, "Lisbon", "msg-1", "2026-01-01T00:00:00Z",
-                    recorded_at="2026-02-01T00:00:00Z"), LWW)
-    mem.write(Claim(K, "Berlin", "msg-2", "2026-01-01T00:00:00Z",
-                    recorded_at="2026-03-01T00:00:00Z"), LWW)
-    mem.assert_fact(OTHER, "Oslo", valid_from="2026-01-01T00:00:00Z",
-                    recorded_at="2026-03-02T00:00:00Z", source_id="msg-3")
-
-
 def _raw(path: Path, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
     conn = sqlite3.connect(path, isolation_level=None)
     try:
@@ -92,7 +81,7 @@ def _old_file(tmp_path: Path, version: int) -> tuple[Path, Memory]:
     copied column by column, the fact key as its text); returns it and an in-memory twin."""
     new = tmp_path / "new.db"
     with Memory.open(f"sqlite:///{new}") as mem:
-        _fill(mem)
+        write_small_history(mem)
     events = _raw(new, "SELECT e.seq, e.key_seq, e.kind, k.fact_key, e.recorded_at, e.payload, "
                   "e.payload_hash, e.event_id, e.chain FROM toki_event e "
                   "JOIN toki_key k ON k.id = e.key_id ORDER BY e.seq")
@@ -115,7 +104,7 @@ def _old_file(tmp_path: Path, version: int) -> tuple[Path, Memory]:
     conn.execute("INSERT INTO toki_meta VALUES ('schema_version', ?)", (str(version),))
     conn.close()
     twin = Memory()
-    _fill(twin)
+    write_small_history(twin)
     return old, twin
 
 
@@ -159,7 +148,7 @@ def test_a_file_of_an_older_schema_is_migrated_and_keeps_working(
 def test_a_newer_schema_is_refused_and_the_file_left_untouched(tmp_path: Path) -> None:
     path = tmp_path / "a.db"
     with Memory.open(f"sqlite:///{path}") as mem:
-        _fill(mem)
+        write_small_history(mem)
     _raw(path, "UPDATE toki_meta SET value = ? WHERE name = 'schema_version'",
          (str(SCHEMA_VERSION + 1),))
     before = path.read_bytes()
@@ -187,7 +176,7 @@ def test_the_store_runs_at_full_sync_with_its_cache(tmp_path: Path) -> None:
 def _stored(tmp_path: Path) -> tuple[SQLiteStore, list[Event]]:
     path = tmp_path / "a.db"
     with Memory.open(f"sqlite:///{path}") as mem:
-        _fill(mem)
+        write_small_history(mem)
         events = mem.events()
     return SQLiteStore(path), events
 
