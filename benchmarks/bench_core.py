@@ -28,7 +28,7 @@ from typing import Any
 from benchmarks.common import RESULTS, machine_info, write_results
 from toki.log import Event, EventKind, EventLog
 from toki.model import FactKey, FactVersion
-from toki.replay import Snapshot, replay
+from toki.replay import Snapshot, gc_paused, replay
 from toki.time import BoundSource, Interval
 
 BASE = datetime(2020, 1, 1, tzinfo=UTC)
@@ -70,9 +70,60 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def read_fields(events: list[Event]) -> int:
+    """Read, per event, what any fold of it must read (its id's and key's hashes, kind, seq
+    numbers, recorded time, and the body entries of its kind: the version id and proposed flag
+    of an ASSERT; old, new and closes_at of a SUPERSEDE) and do nothing with it: a floor
+    under replay's time set by memory reads alone, in the list's order."""
+    touched = 0  # a sum of what was read, so that every read is used
+    for e in events:
+        touched += (hash(e.event_id) & 1) + (hash(e.key) & 1) + e.seq + e.key_seq
+        touched += e.recorded_at.microsecond
+        body = e.body
+        if e.kind is EventKind.ASSERT:
+            touched += (hash(e.version_ids[0]) & 1) + (body.get("proposed") is True)
+        elif e.kind is EventKind.SUPERSEDE:
+            closes = body.get("closes_at")
+            touched += (hash(body["old"]) & 1) + len(body["new"]) + len(closes or "")
+    return touched
+
+
+def bare_fold(events: list[Event]) -> int:
+    """Only the inserts any fold of these events makes, in the list's order: per key a map of
+    versions, a map of supersessions (replacements, parsed closing time, recorded time) and
+    its events' times, plus the version → key index. No dedupe, seq ordering, proposed flags
+    or seq numbers: a floor under replay's time set by the least work its state needs."""
+    states: dict[FactKey, tuple[dict[str, Any], dict[str, Any], list[datetime]]] = {}
+    version_key: dict[str, FactKey] = {}
+    for e in events:
+        state = states.get(e.key)
+        if state is None:
+            state = states[e.key] = ({}, {}, [])
+        if e.kind is EventKind.ASSERT:
+            vid = e.version_ids[0]
+            state[0][vid] = e.version
+            version_key[vid] = e.key
+        elif e.kind is EventKind.SUPERSEDE:
+            body = e.body
+            closes = body.get("closes_at")
+            state[1][body["old"]] = (tuple(body["new"]),
+                                     None if closes is None else datetime.fromisoformat(closes),
+                                     e.recorded_at)
+        state[2].append(e.recorded_at)
+    return len(version_key)
+
+
 def job_replay(n: int, keys: int) -> dict[str, Any]:
     events = make_events(n, keys)
     rss_before = _rss_mib()
+    reads_secs, _ = _timed(lambda: read_fields(events))
+    by_key: dict[FactKey, list[Event]] = {}
+    for e in events:
+        by_key.setdefault(e.key, []).append(e)
+    key_order = [e for bucket in by_key.values() for e in bucket]  # the order replay folds in
+    key_order_secs, _ = _timed(lambda: read_fields(key_order))
+    with gc_paused():  # as replay runs
+        bare_secs, _ = _timed(lambda: bare_fold(events))
     secs, snap = _timed(lambda: replay(events))
     verified_secs, _ = _timed(lambda: [e.verify() for e in events] and replay(events))
     append_secs, _ = _timed(lambda: EventLog(events))
@@ -82,6 +133,10 @@ def job_replay(n: int, keys: int) -> dict[str, Any]:
         "replay_seconds": secs,
         "replay_events_per_s": n / secs,
         "replay_verified_events_per_s": n / verified_secs,
+        # the same events' fields read once and nothing done with them (`read_fields`)
+        "field_reads_events_per_s": n / reads_secs,
+        "field_reads_key_order_events_per_s": n / key_order_secs,
+        "bare_fold_events_per_s": n / bare_secs,  # `bare_fold`: only the state's inserts
         "log_append_events_per_s": n / append_secs,
         "peak_rss_mib": _rss_mib(),
         "rss_before_replay_mib": rss_before,

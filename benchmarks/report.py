@@ -111,6 +111,19 @@ def _rows_core(d: dict[str, Any] | None) -> list[Row]:
     rows = [Row("core", name.replace("_", " "), fmt(t["measured"], units.get(name, "")),
                 fmt(t["target"], units.get(name, "")), "—")
             for name, t in sorted(d.get("targets", {}).items())]
+    rep = d.get("replay_in_memory", {})
+    if "field_reads_events_per_s" in rep:
+        rows.append(Row("core", "replay's floor: the fields a fold must read, read once and "
+                        "nothing done with them (bench_core.read_fields), in seq order / in the "
+                        "key order replay folds in",
+                        f"{fmt(rep['field_reads_events_per_s'], 'events/s')} / "
+                        f"{fmt(rep.get('field_reads_key_order_events_per_s'), 'events/s')}", "—",
+                        "— (memory reads alone, same events and run as the replay row)"))
+    if "bare_fold_events_per_s" in rep:
+        rows.append(Row("core", "replay's floor: only the inserts the fold's state needs, in seq "
+                        "order (bench_core.bare_fold: no dedupe, ordering, flags or seq numbers)",
+                        fmt(rep["bare_fold_events_per_s"], "events/s"), "—",
+                        "— (same events and run as the replay row)"))
     hot = d.get("write_path_hot_key")
     if hot:
         rows.append(Row("core", f"write path, hot key: Memory.supersede, {fmt(hot['writes'])} "
