@@ -237,7 +237,8 @@ def test_no_traceback_reaches_the_terminal(
 
 
 BUG = (
-    "import sys, toki.cli as c; c._cmd_demo = lambda a: {}['boom']; sys.exit(c.main(sys.argv[1:]))"
+    "import sys, toki.cli as c, toki.cli.simulate as s; s._cmd_demo = lambda a: {}['boom']; "
+    "sys.exit(c.main(sys.argv[1:]))"
 )
 
 
@@ -273,12 +274,12 @@ def test_an_unexpected_exception_is_one_line_and_exit_4(switch: str, tmp_path: P
 def test_an_os_error_is_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import toki.cli
+    import toki.cli.simulate
 
     def full(_: Any) -> int:
         raise OSError(28, "No space left on device", "out/matrix.csv")
 
-    monkeypatch.setattr(toki.cli, "_cmd_demo", full)
+    monkeypatch.setattr(toki.cli.simulate, "_cmd_demo", full)
     assert main(["demo"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["toki demo: error: [Errno 28] No space left on device: 'out/matrix.csv'"]

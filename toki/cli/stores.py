@@ -1,0 +1,90 @@
+"""`toki verify` and `shadow`: commands that read a store."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from toki.cli.common import print_json
+from toki.errors import InvalidInput
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """Walk a store's hash chain (without opening it as a Memory, which would refuse a
+    tampered log) and compare it with a digest saved earlier; exit 1 names the first change."""
+    from pathlib import Path
+
+    from toki.chain import Digest, verify
+    from toki.store.base import ALL_SEQS, open_store
+
+    digest = None if args.digest is None else Digest.parse(args.digest)
+    key = None
+    if args.key_file is not None:
+        try:
+            key = Path(args.key_file).read_bytes().strip()
+        except OSError as exc:
+            raise InvalidInput(
+                "--key-file", f"cannot read {args.key_file}: {exc.strerror}"
+            ) from None
+        if not key:
+            raise InvalidInput("--key-file", f"{args.key_file} is empty", "put the key in it")
+    store = open_store(args.url)
+    try:
+        report = verify(
+            store.url, ((e, e.chain) for e in store.load(ALL_SEQS)), digest=digest, key=key
+        )
+    finally:
+        store.close()
+    if args.json:
+        print_json(
+            {
+                "ok": report.ok,
+                "events": report.events,
+                "digest": str(report.digest),
+                "keyed": key is not None,
+                "checked_against": None if digest is None else str(digest),
+                "first_bad_seq": report.first_bad,
+                "problem": report.problem,
+            }
+        )
+    else:
+        print(report.describe())
+    return 0 if report.ok else 1
+
+
+def _cmd_shadow(args: argparse.Namespace) -> int:
+    """Fold a store's log under another configuration (docs/shadow.md) and print every read
+    whose answer differs, classified; exit 1 when anything is unexplained or an input could
+    not be re-run (the rollout gate), 0 otherwise. The store is read, never written."""
+    from toki.memory import Memory
+    from toki.shadow import Config
+
+    config = Config.from_toml(args.config)
+    with Memory.open(args.url) as mem:
+        report = mem.shadow(config, valid_at=args.valid_at)
+    if args.json:
+        print_json(report.to_json())
+    else:
+        print(report.describe())
+    return 0 if report.ok else 1
+
+
+def add_parsers(sub: Any) -> None:
+    ver = sub.add_parser(
+        "verify", help="walk a store's hash chain; prove it unchanged up to a saved digest"
+    )
+    ver.add_argument("url", help="the store: sqlite:///path.db, postgresql://…")
+    ver.add_argument("--digest", help="'seq:head' saved earlier (Memory.digest(), or this command)")
+    ver.add_argument(
+        "--key-file", help="keyed mode: a file holding the HMAC key (never stored with the data)"
+    )
+    ver.add_argument("--json", action="store_true", help="machine-readable output")
+    ver.set_defaults(handler=_cmd_verify)
+    shd = sub.add_parser(
+        "shadow", help="a store's projection under another configuration, differences classified"
+    )
+    shd.add_argument("url", help="the store (sqlite:///path.db, postgresql://…)")
+    shd.add_argument("--config", required=True, help="the new configuration (TOML)")
+    shd.add_argument("--valid-at", help="the valid time compared (default now)")
+    shd.add_argument("--json", action="store_true", help="machine-readable output")
+    shd.set_defaults(handler=_cmd_shadow)
