@@ -20,6 +20,7 @@ SCRIPTS = [
     "benchmarks.bench_writers",
     "benchmarks.bench_integrity",
     "benchmarks.bench_consumption",
+    "benchmarks.bench_show",
 ]
 
 

@@ -156,6 +156,45 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0 if verdict.found else 1
 
 
+def _cmd_show(args: argparse.Namespace) -> int:
+    """Draw a witness or history as one self-contained HTML page (docs/show.md)."""
+    from pathlib import Path
+
+    from toki.cli_input import out_dir, writable_file
+    from toki.show import write_page
+
+    source = Path(args.file)
+    if not source.is_file():
+        what = "a folder" if source.is_dir() else "no such file"
+        raise InvalidInput("file", f"{source}: {what}", "give a witness or a history file")
+    if args.out is not None:
+        if not args.out.endswith((".html", ".htm")):
+            raise InvalidInput("--out", f"{args.out} is not an .html file", "e.g. --out x.html")
+        out = writable_file("--out", args.out)
+    else:
+        out = out_dir(None, "show") / f"{source.stem}.html"
+    page = write_page(source, out, replay_real=not args.no_replay)
+    summary = {
+        "out": str(out),
+        "kind": page.kind,
+        "verdict": page.verdict,
+        "steps": len(page.rows),
+        "lanes": list(page.lanes),
+        "marked": sum(1 for r in page.rows if r.mark),
+        "cycles": len(page.cycles),
+    }
+    if args.json:
+        print_json(summary)
+    else:
+        print(
+            f"{page.kind}: {page.title}; {page.verdict}; {len(page.rows):,} steps on "
+            f"{len(page.lanes)} lane(s), {summary['marked']} marked"
+            + (f", {len(page.cycles)} cycle(s)" if page.cycles else "")
+        )
+        print(f"wrote {out} (open it in a browser; it needs no network)")
+    return 0
+
+
 def add_parsers(sub: Any) -> None:
     chk = sub.add_parser(
         "check",
@@ -219,3 +258,22 @@ def add_parsers(sub: Any) -> None:
     rep.add_argument("witness", help="a witness file (toki explore, matrix or relay)")
     rep.add_argument("--json", action="store_true", help="machine-readable output")
     rep.set_defaults(handler=_cmd_replay)
+
+    shw = sub.add_parser(
+        "show",
+        help="draw a witness or history as one self-contained HTML page (a timeline)",
+        description="Any file toki writes: a model, relay or real witness, a toki history "
+        "(explore --history-out) or a Jepsen/Elle history. Exit 0 when the page is written.",
+    )
+    shw.add_argument("file", help="the witness or history file")
+    shw.add_argument(
+        "--out", metavar="FILE.html", help="the page (default: a new folder under ./toki-out)"
+    )
+    shw.add_argument(
+        "--no-replay",
+        action="store_true",
+        help="real witnesses: draw the story saved in the file instead of re-running the "
+        "library for each gate point's full record",
+    )
+    shw.add_argument("--json", action="store_true", help="machine-readable output")
+    shw.set_defaults(handler=_cmd_show)

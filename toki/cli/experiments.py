@@ -51,7 +51,7 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
             real=args.real,
             real_budget=args.real_budget,
         )
-    files = [str(folder / f"matrix.{x}") for x in ("csv", "md", "tex", "png")]
+    files = [str(folder / f"matrix.{x}") for x in ("csv", "md", "tex", "png", "html")]
     if args.real:
         files += [str(folder / "agreement.md"), str(folder / "agreement.csv")]
     if args.json:

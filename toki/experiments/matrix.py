@@ -742,6 +742,9 @@ def write_outputs(result: MatrixResult, folder: Path) -> None:
     (folder / "matrix.md").write_text(render_markdown(result))
     (folder / "matrix.tex").write_text(render_latex(result))
     plot(result, folder / "matrix.png")
+    from toki.show.matrix_page import write_matrix_page  # matrix.html + witness pages (#39)
+
+    write_matrix_page(folder, result.rows, result.notes)
 
 
 def _grid(

@@ -75,7 +75,6 @@ td.step.selected { outline: 2px solid #0072B2; }
 .outcome { font-weight: 600; }
 td.marked { background: #fde3d3 !important; box-shadow: inset 0 0 0 2px #D55E00; }
 .mark { display: block; font-size: 12px; font-weight: 600; color: #8a3300; }
-.mark::before { content: "\\25B2 anomaly: "; }
 tr.gap td { text-align: center; color: var(--muted); font-style: italic; background: #fafafa; }
 #expand { margin-right: .3rem; }
 #expand:not(:checked) ~ .layout tr.far { display: none; }
@@ -96,11 +95,14 @@ kbd { font: 12px ui-monospace, monospace; border: 1px solid #aaa; border-radius:
   padding: 0 3px; }
 .help { color: var(--muted); font-size: 13px; }
 /* the matrix page */
-table.matrix { border-collapse: collapse; margin: .5rem 0 1rem; }
+table.matrix { border-collapse: collapse; margin: .5rem 0 1rem; table-layout: fixed;
+  width: 100%; }
+table.matrix col.sys { width: 11rem; }
 table.matrix th, table.matrix td { border: 1px solid #ccc; padding: 4px 6px; font-size: 13px;
   vertical-align: top; text-align: left; }
 table.matrix thead th { background: #f0f0f0; }
 table.matrix tr.real th { font-style: italic; }
+td.cell { overflow-wrap: anywhere; }
 td.cell a { display: block; color: inherit; text-decoration: none; }
 td.cell a:hover .word, td.cell a:focus .word { text-decoration: underline; }
 .word { font-weight: 700; }

@@ -97,7 +97,8 @@ def _legend() -> str:
     )
     return (
         f'<div class="legend" aria-label="legend">{spans}'
-        '<span><span class="mark" style="display:inline">&nbsp;</span> part of the anomaly</span>'
+        '<span><span class="mark" style="display:inline">&#9650; anomaly:</span> a step that makes '
+        "the anomaly</span>"
         "</div>"
     )
 
@@ -212,7 +213,7 @@ def _step_cell(row: Row, pos: int, span: Span | None, tcls: str) -> str:
     end = ""
     if span is not None and span.last == pos and span.outcome != "open":
         end = f'<span class="span-label outcome">{escape(span.txn)} {escape(span.outcome)}</span>'
-    mark = f'<span class="mark">{escape(row.mark)}</span>' if row.mark else ""
+    mark = f'<span class="mark">&#9650; anomaly: {escape(row.mark)}</span>' if row.mark else ""
     record = json.dumps(row.record, indent=1, sort_keys=True, default=str, ensure_ascii=False)
     title = row.text if len(row.text) <= 300 else row.text[:297] + "..."
     marked = " marked" if row.mark else ""

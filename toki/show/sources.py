@@ -131,10 +131,12 @@ def _touches(key: Any, keys: Iterable[str]) -> bool:
 
 
 def _touches_any(op: Any, keys: Sequence[str]) -> bool:
-    """An op on one of `keys`; a conditional statement counts when a row it saw does, or
-    when it saw no row at all (it read the partition empty: the decision's stale read)."""
+    """An op on one of `keys`; a conditional statement (a search) counts when a row it
+    matched is on one of them, or when it matched none (it found the key empty: the read
+    a decision is based on)."""
     if op.kind.value == "select":
-        return not op.items or any(_touches(s.key, keys) for s in op.items)
+        matched = [s for s in op.items if s.matched]
+        return not matched or any(_touches(s.key, keys) for s in matched)
     return op.key is not None and _touches(op.key, keys)
 
 
