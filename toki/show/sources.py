@@ -124,10 +124,12 @@ def _op_record(op: Any) -> dict[str, Any]:
 
 
 def _touches(key: Any, keys: Iterable[str]) -> bool:
-    """Whether a store key belongs to one of the witness's belief keys (a tuple key names
-    its belief key as one of its parts)."""
-    parts = key if isinstance(key, tuple) else (key,)
-    return any(k in parts or k == key for k in keys)
+    """Whether a store key belongs to one of the witness's belief keys: a tuple key names
+    it as one of its parts (("mem", "alice:manager", id)) or spelled out in several
+    (("item", "alice", "manager"))."""
+    parts = key if isinstance(key, tuple | list) else (key,)
+    joined = ":".join(str(p) for p in parts)
+    return any(k in parts or k == key or k in joined for k in keys)
 
 
 def _touches_any(op: Any, keys: Sequence[str]) -> bool:

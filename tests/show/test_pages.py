@@ -1,0 +1,264 @@
+"""`toki show` without a browser: every kind of file toki writes becomes a page whose rows,
+lanes, marks and cycles come from the checker's own results, whose explanation is the text
+the matching command prints, and whose HTML is self-contained and escapes what it shows."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toki.cli import main
+from toki.show import Page, Row, load_page, render_page, write_page
+from toki.show.html import NEIGHBOURHOOD, SHOW_ALL_BELOW
+
+ROOT = Path(__file__).resolve().parents[2]
+WITNESSES = ROOT / "verdict_matrix" / "witnesses"
+ELLE = ROOT / "tests" / "check" / "elle_data" / "elle-cli"
+
+
+def test_a_model_witness_page_is_the_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    """One row per scheduler choice, a crash row per crash choice, and the explanation is
+    exactly what `toki replay` prints."""
+    source = WITNESSES / "mem0-1.0.11-N2-crash.json"
+    page = load_page(source)
+    schedule = json.loads(source.read_text())["schedule"]
+    assert len(page.rows) == len(schedule) and page.lanes == ("agent 0", "agent 1")
+    crashes = [r for r in page.rows if r.kind == "crash"]
+    assert [r.index for r in crashes] == [
+        i for i, c in enumerate(schedule) if str(c).startswith("crash:")
+    ]
+    assert main(["replay", str(source)]) == 0
+    assert list(page.explanation) == capsys.readouterr().out.splitlines()
+    marked = [r for r in page.rows if r.mark]
+    assert any("decision" in r.mark for r in marked) and any("read" in r.mark for r in marked)
+    assert all(s.outcome in ("committed", "aborted", "open") for s in page.spans)
+    assert {s.level for s in page.spans} == {"read_committed"}
+
+
+def test_an_elle_page_draws_the_checkers_cycles(capsys: pytest.CaptureFixture[str]) -> None:
+    source = ELLE / "list-append-anomaly-g-single-item.json"
+    page = load_page(source)
+    assert main(["check", str(source), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    (anomaly,) = report["anomalies"]["G-single-item"]
+    (cycle,) = page.cycles
+    assert [(e.kind, e.explanation) for e in cycle.edges] == [
+        (e["type"], e["explanation"]) for e in anomaly["cycle"]
+    ]
+    assert {r.txn for r in page.rows if r.mark} == {f"T{t}" for t in anomaly["txns"]}
+    assert page.verdict.startswith("valid? false")
+
+
+def test_an_explored_history_gets_its_agents_back(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    argv = ["explore", "--system", "mem0-1.0.11", "--workload", "manager", "--check", "--quiet"]
+    assert main([*argv, "--history-out", str(path)]) == 1
+    page = load_page(path)
+    assert page.kind == "toki history" and page.lanes == ("agent 0", "agent 1")
+    assert "valid? false" in page.explanation[-1] and "N2" in page.title
+    assert any(r.mark for r in page.rows)
+    assert {s.outcome for s in page.spans} <= {"committed", "aborted", "open"}
+
+
+def test_a_history_without_a_model_uses_its_transactions_as_lanes(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    lines = [
+        {"format": "toki-history", "version": 1},
+        {"type": "op", "txn": 1, "kind": "begin", "at": 1},
+        {"type": "op", "txn": 2, "kind": "begin", "at": 2},
+        {"type": "op", "txn": 1, "kind": "write", "key": "x", "value": 1, "at": 3},
+        {"type": "op", "txn": 2, "kind": "abort", "at": 4},
+        {"type": "op", "txn": 1, "kind": "commit", "at": 5},
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    page = load_page(path)
+    assert page.lanes == ("T1", "T2")
+    assert {(s.txn, s.outcome) for s in page.spans} == {("T1", "committed"), ("T2", "aborted")}
+
+
+def test_a_real_witness_is_drawn_from_its_story_without_the_library() -> None:
+    source = WITNESSES / "mem0-2.2.1-real-RD-crash.json"
+    data = json.loads(source.read_text())
+    page = load_page(source, replay_real=False)
+    gate_lines = [s for s in data["steps"] if re.match(r"^\s*\d+ agent \d", s)]
+    assert len(page.rows) == len(gate_lines) and page.explanation == tuple(data["steps"])
+    assert [r.text for r in page.rows if r.kind == "crash"] == [
+        "agent 1 CRASHES, parked before messages.get",
+        "agent 0 CRASHES, parked before history.batch_add",
+    ]
+    assert page.verdict == "as saved (not re-run)" and page.notes
+
+
+def test_a_real_witness_with_a_missing_environment_says_it_was_not_rerun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOKI_REAL_CACHE", str(tmp_path))  # no environment exists there
+    page = load_page(WITNESSES / "mem0-2.2.1-real-N2.json")
+    assert (
+        page.notes
+        and page.notes[0].startswith("not re-run:")
+        and "toki real setup" in (page.notes[0])
+    )
+    assert page.rows and all(r.record.get("story") for r in page.rows)
+
+
+@pytest.mark.real
+def test_a_real_witness_rerun_on_the_real_code_has_each_gate_points_record(
+    tmp_path: Path,
+) -> None:
+    """toki-memory runs in toki's own interpreter: its first DPOR schedule as a witness is
+    re-run gate point by gate point (toki admits no N2, so it does not reproduce)."""
+    from tests.real.conftest import require
+    from toki.real import get_real_system, open_session
+    from toki.real.driver import real_runs
+    from toki.real.witness import RealWitness
+    from toki.sim.dpor import DPOR
+    from toki.sim.workload import scenario
+    from toki.systems.base import SimJudge
+
+    require("toki-memory")
+    system, workload = get_real_system("toki-memory"), scenario("manager")
+    with open_session(system) as session:
+        first = next(
+            real_runs(system, session, workload, DPOR(), SimJudge(), SimJudge(0.5, 1), budget=1)
+        )
+    witness = RealWitness(
+        "toki-memory", "", "N2", workload, first.schedule, {"kind": "sim"}, {"kind": "sim"}
+    )
+    page = load_page(witness.save(tmp_path / "w.json"))
+    assert page.verdict == "re-run on the real code: NOT reproduced"
+    assert len(page.rows) == len(first.trace) and page.lanes == ("agent 0", "agent 1")
+    assert [r.record for r in page.rows] == [json.loads(json.dumps(t)) for t in first.trace]
+    assert page.spans and {s.txn for s in page.spans} == {"claim 0"}
+
+
+# ---------------------------------------------------------------- the HTML
+
+
+def _rows(n: int, marked: set[int]) -> Page:
+    rows = tuple(
+        Row(i, f"agent {i % 2}", f"step {i}", "write", mark="why" if i in marked else "")
+        for i in range(n)
+    )
+    return Page("t", "src", "model witness", "v", (), ("x",), rows, ("agent 0", "agent 1"))
+
+
+def test_a_big_page_first_shows_the_anomalys_neighbourhood() -> None:
+    n = SHOW_ALL_BELOW + 250
+    html = render_page(_rows(n, {200}))
+    far = re.findall(r'<tr id="s\d+" class="far">', html)
+    assert len(far) == n - (2 * NEIGHBOURHOOD + 1)
+    assert html.count('<tr class="gap">') == 2 and 'id="expand"' in html
+    small = render_page(_rows(SHOW_ALL_BELOW, {3}))
+    assert 'class="far"' not in small and 'id="expand"' not in small
+    assert 'class="far"' not in render_page(_rows(n, set()))  # nothing marked: all shown
+
+
+def test_a_page_fetches_nothing() -> None:
+    for source in (
+        WITNESSES / "toki-ewm-nolog-N1.json",
+        ELLE / "list-append-anomaly-g0-cycle.json",
+    ):
+        html = render_page(load_page(source))
+        assert not re.search(r"""(?:src|href)\s*=\s*["']?(?!#)""", html), source
+        assert "<link" not in html and "@import" not in html and "url(http" not in html
+        assert "http://" not in html.replace("http://www.w3.org/", "") and "https://" not in html
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_summary = 0
+        self.summaries: list[str] = []
+        self.scripts = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "summary":
+            self.in_summary += 1
+            self.summaries.append("")
+        self.scripts += tag == "script"
+
+    def handle_endtag(self, tag: str) -> None:
+        self.in_summary -= tag == "summary"
+
+    def handle_data(self, data: str) -> None:
+        if self.in_summary:
+            self.summaries[-1] += data
+
+
+@settings(max_examples=60, database=None)
+@given(st.lists(st.text(min_size=1, max_size=40), min_size=1, max_size=5))
+def test_what_a_page_shows_is_escaped(texts: list[str]) -> None:
+    """Any text in a step (a value a library stored, say) comes back as the same text, and
+    never as markup: the page has exactly its own one script."""
+    rows = tuple(Row(i, "agent 0", t, "step", record={"v": t}) for i, t in enumerate(texts))
+    html = render_page(
+        Page(texts[0], "s", "k", "v", (("k", texts[0]),), tuple(texts), rows, ("agent 0",))
+    )
+    parser = _Text()
+    parser.feed(html)
+    assert parser.scripts == 1
+    got = [s.replace("\r\n", "\n").replace("\r", "\n") for s in parser.summaries]
+    assert got == [t.replace("\r\n", "\n").replace("\r", "\n") for t in texts]
+
+
+# ---------------------------------------------------------------- the command
+
+
+def test_toki_show_writes_one_page_for_each_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = tmp_path / "run.jsonl"
+    main(
+        [
+            "explore",
+            "--system",
+            "langgraph-store",
+            "--workload",
+            "manager",
+            "--check",
+            "--quiet",
+            "--history-out",
+            str(history),
+        ]
+    )
+    capsys.readouterr()
+    sources = {
+        "model witness": WITNESSES / "langgraph-store-N3.json",
+        "real witness": WITNESSES / "mem0-1.0.11-real-N2.json",
+        "Elle history": ELLE / "list-append-anomaly-g1c-circular-information-flow.json",
+        "toki history": history,
+    }
+    for kind, source in sources.items():
+        out = tmp_path / f"{source.stem}.html"
+        argv = ["show", str(source), "--out", str(out), "--json"]
+        assert main([*argv, *(["--no-replay"] if kind == "real witness" else [])]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["kind"] == kind and data["out"] == str(out) and data["marked"] > 0
+        assert out.read_text().startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [history.name, *(f"{s.stem}.html" for s in sources.values())]
+    )
+
+
+def test_toki_show_without_out_writes_a_fresh_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["show", str(WITNESSES / "langgraph-store-N3.json")]) == 0
+    (folder,) = (tmp_path / "toki-out").iterdir()
+    assert folder.name.startswith("show-") and (folder / "langgraph-store-N3.html").is_file()
+    assert "wrote toki-out/" in capsys.readouterr().out
+
+
+def test_write_page_returns_what_it_drew(tmp_path: Path) -> None:
+    page = write_page(WITNESSES / "langgraph-store-N3.json", tmp_path / "p.html")
+    html = (tmp_path / "p.html").read_text()
+    assert html.count('class="lane step') == len(page.rows)
+    assert html.count("&#9650; anomaly:") == sum(1 for r in page.rows if r.mark) + 1  # + legend
