@@ -9,9 +9,11 @@ never overwrites committed results by default (`make reproduce` passes explicit 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -29,6 +31,7 @@ __all__ = [
     "parse_ints",
     "parse_levels",
     "probability",
+    "remove_if_left_empty",
     "writable_file",
 ]
 
@@ -130,14 +133,28 @@ def fresh_out_dir(command: str, root: Path = OUT_ROOT) -> Path:
     raise InvalidInput("--out", f"too many runs of {command} this second under {root}")
 
 
-def out_dir(requested: str | None, command: str) -> Path:
+def out_dir(requested: str | None, command: str, field: str = "--out") -> Path:
     """The folder a command writes its results into: `requested` (created, checked
-    writable), or a fresh one under ./toki-out."""
+    writable; `field` is the option that named it), or a fresh one under ./toki-out."""
     if requested is None:
         return fresh_out_dir(command)
     if requested == "":
-        raise InvalidInput("--out", "is empty", "name a folder")
-    return _probe(Path(requested), "--out")
+        raise InvalidInput(field, "is empty", "name a folder")
+    if Path(requested).exists() and not Path(requested).is_dir():
+        raise InvalidInput(field, f"{requested} is a file, not a folder", "name a folder")
+    return _probe(Path(requested), field)
+
+
+@contextmanager
+def remove_if_left_empty(folder: Path, existed: bool) -> Iterator[Path]:
+    """Run a command's work; if it fails and leaves the output folder it created holding
+    nothing but empty folders, remove it (a failed run leaves no empty --out behind)."""
+    try:
+        yield folder
+    except BaseException:
+        if not existed and folder.is_dir() and not any(p.is_file() for p in folder.rglob("*")):
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def writable_file(field: str, path: str) -> Path:

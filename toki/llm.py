@@ -680,6 +680,14 @@ class LLMClient:
                 ) from None
             raise _Refused(self._redact(f"HTTP {e.code}{detail}")) from None
         except urllib.error.URLError as e:
+            if isinstance(e.reason, ConnectionRefusedError) and self._answered == 0:
+                # nothing listens there: retrying for half a minute would not change that
+                raise LLMUnavailable(
+                    self._redact(
+                        f"{self.config.endpoint}: connection refused before any answer "
+                        "(is the server running, and is --base-url right?)"
+                    )
+                ) from None
             raise _Transient(f"connection failed: {e.reason}") from None
         except (TimeoutError, ConnectionError, HTTPException, OSError) as e:
             raise _Transient(f"{type(e).__name__}: {e}") from None

@@ -48,7 +48,7 @@ def test_run_prints_the_promised_json_and_writes_only_into_out(tmp_path: Path) -
         "--out",
         str(out),
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # anomalies found: exit 1, as explore --check
     data = json.loads(done.stdout)
     for key in ("system", "version", "schedules", "exhausted", "anomalies", "witnesses"):
         assert key in data

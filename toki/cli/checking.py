@@ -16,12 +16,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from toki.history import detect_format
 
     fmt = args.format if args.format != "auto" else detect_format(args.file)
-    models = [
-        m
-        for spec in args.consistency_model or ["strict-serializable"]
-        for m in spec.split(",")
-        if m.strip()
-    ]
+    models = _models(args.consistency_model or ["strict-serializable"])
     extra = [a for spec in args.anomalies or [] for a in spec.split(",") if a.strip()]
     options = {
         "wfr_keys": args.wfr_keys,
@@ -32,9 +27,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if fmt == "toki":
         return _check_toki(args, models, extra, options)
     from toki.check.adya import verdict, workload
-    from toki.check.elle import load
 
-    history = load(args.file, fmt)
+    history = _load_elle(args, fmt)
     found = workload(history)
     if args.workload != "auto" and found not in (args.workload, "empty"):
         raise InvalidInput(
@@ -64,6 +58,45 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return _exit_code(v.valid)
 
 
+def _models(specs: list[str]) -> list[str]:
+    """Elle's consistency-model names, repeatable or comma-separated; an unknown one is
+    named with the closest known name, not the whole list."""
+    from toki.check.adya.models import MODEL_NAMES
+    from toki.cli.common import did_you_mean
+
+    models = [m.strip() for spec in specs for m in spec.split(",") if m.strip()]
+    for m in models:
+        name = m.lstrip(":")
+        if name != "none" and name not in MODEL_NAMES:
+            raise InvalidInput(
+                "--consistency-model",
+                f"unknown model {name!r}{did_you_mean(name, sorted(MODEL_NAMES))}",
+                "e.g. serializable, snapshot-isolation, strict-serializable; every name: "
+                "docs/anomalies.md",
+            )
+    return models
+
+
+def _load_elle(args: argparse.Namespace, fmt: str) -> Any:
+    """The Elle history; a file that only looked like one to the format detection (a
+    Markdown file starts with '#', as an EDN record does) is refused in words, not with
+    the EDN lexer's position."""
+    from toki.check.elle import load
+    from toki.errors import HistoryFormatError
+
+    try:
+        return load(args.file, fmt)
+    except HistoryFormatError as exc:
+        if args.format == "auto" and "line 1:" in str(exc) and "invalid EDN" in str(exc):
+            raise InvalidInput(
+                args.file,
+                "is neither a toki history nor an Elle history in EDN or JSON (its first "
+                "line does not parse)",
+                "see docs/history-format.md, or name the format with --format",
+            ) from None
+        raise
+
+
 def _exit_code(valid: bool | str) -> int:
     return 0 if valid is True else 1 if valid is False else 3
 
@@ -75,6 +108,8 @@ def _check_toki(
     from toki.history import read_history
 
     result = check_history_file(read_history(args.file), models=models, anomalies=extra, **options)
+    if not result["checks"]:  # nothing could be checked: not a pass (exit 3, not 0)
+        result["valid?"] = "unknown"
     if args.json:
         print_json(result)
     else:
@@ -82,6 +117,8 @@ def _check_toki(
         rows += [[name, "could not run", why] for name, why in result["could_not_run"].items()]
         print(table(["check", "result", "details"], rows))
         print(f"valid? {str(result['valid?']).lower()}")
+        if result["valid?"] == "unknown" and not result["checks"]:
+            print("no check could run: nothing was checked (exit 3)")
     return _exit_code(result["valid?"])
 
 
@@ -217,6 +254,8 @@ def add_parsers(sub: Any) -> None:
     )
     chk.add_argument(
         "--consistency-model",
+        "--consistency-models",  # Elle's spelling
+        dest="consistency_model",
         action="append",
         metavar="MODEL",
         help="Elle's model names, repeatable or comma-separated (default strict-serializable)",

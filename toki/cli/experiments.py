@@ -15,6 +15,7 @@ from toki.cli_input import (
     out_dir,
     parse_ints,
     parse_levels,
+    remove_if_left_empty,
 )
 from toki.errors import InvalidInput
 
@@ -31,9 +32,10 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
         check_dask_address(args.address)
     if args.workers is not None:
         at_least("--workers", args.workers, 1)
-    config = args.config or str(Path("verdict_matrix") / "matrix.toml")
+    config = _matrix_config(args.config)
+    existed = args.out is not None and Path(args.out).exists()
     folder = out_dir(args.out, "matrix")
-    with progress(args, "matrix", "task") as bar:
+    with progress(args, "matrix", "task") as bar, remove_if_left_empty(folder, existed):
 
         def on_plan(n: int) -> None:
             bar.total = n
@@ -81,6 +83,37 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
+def _matrix_config(given: str | None) -> str:
+    """--config, read and checked before anything runs; by default verdict_matrix/matrix.toml
+    in the current folder, else the one beside the toki package (a source checkout), so
+    `toki matrix` works from any folder of the repository's users."""
+    from pathlib import Path
+
+    import toki
+    from toki.experiments.matrix import load_config
+
+    if given is None:
+        candidates = [
+            Path("verdict_matrix") / "matrix.toml",
+            Path(toki.__file__).resolve().parents[1] / "verdict_matrix" / "matrix.toml",
+        ]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            raise InvalidInput(
+                "--config",
+                "no verdict_matrix/matrix.toml here or beside the toki package",
+                "pass --config PATH/matrix.toml (the repository's verdict_matrix/matrix.toml)",
+            )
+        given = str(found)
+    try:
+        load_config(given)
+    except UnicodeDecodeError:
+        raise InvalidInput("--config", f"{given} is not a text (TOML) file") from None
+    except InvalidInput as exc:
+        raise InvalidInput("--config", exc.problem, exc.fix) from None
+    return given
+
+
 def _cmd_pg_grid(args: argparse.Namespace) -> int:
     """TOKI's operators on a real PostgreSQL server beside the simulator (the real-database
     grid); writes pg_grid.csv into --out and, with --doc FILE, regenerates its table. With
@@ -126,6 +159,9 @@ def _cmd_pg_grid(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"csv": str(csv_path), "doc": None if doc is None else str(doc), "rows": rows})
     else:
+        from toki.experiments.pg_grid import doc_section
+
+        print(doc_section(rows).rstrip())
         print(f"wrote {csv_path}" + (f" and the table in {doc}" if doc else ""))
     return 0
 
@@ -184,6 +220,7 @@ def _cmd_pg_product(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"results": str(out), "doc": None if doc is None else str(doc), "rows": rows})
     else:
+        print(pg_product.doc_section(pg_product.read_results(out)).rstrip())
         print(f"wrote {out}" + (f" and the table in {doc}" if doc else ""))
     return 0
 
@@ -233,7 +270,11 @@ def add_parsers(sub: Any) -> None:
     mat.add_argument("--address", help="a Dask scheduler, tcp://host:port (--executor dask)")
     mat.add_argument("--workers", type=int, help="worker processes (default: all cores)")
     mat.add_argument("--out", help=OUT_HELP + " for matrix.csv/.md/.tex/.png and witnesses/")
-    mat.add_argument("--config", help="default: verdict_matrix/matrix.toml")
+    mat.add_argument(
+        "--config",
+        help="the matrix's TOML (default: verdict_matrix/matrix.toml here, else beside the "
+        "toki package)",
+    )
     mat.add_argument("--json", action="store_true", help="print the rows as JSON")
     mat.add_argument("--quiet", action="store_true", help="no progress bar")
     mat.add_argument(

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from toki.cli.common import TokiParser
 from toki.errors import TokiError
 
 __all__ = ["EXIT_CODES", "build_parser", "main"]
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     from toki import __version__
     from toki.cli import checking, experiments, simulate, stores
 
-    parser = argparse.ArgumentParser(
+    parser = TokiParser(
         prog="toki",
         description="Contradiction resolution in agent memory as write-time concurrency control.",
         epilog="Exit status: 0 success, 1 an anomaly found, 2 bad input, 3 unknown, 4 internal "
@@ -49,12 +50,46 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     simulate.add_parsers(sub)
     sub.add_parser("locomo", help="LoCoMo data and experiments (fetch, info, baseline, ablate)")
-    sub.add_parser("prove", help="run the z3 proofs; writes proofs/RESULTS.md and results.json")
+    sub.add_parser(
+        "prove", help="run the z3 proofs and print the table (--out DIR also writes results)"
+    )
     sub.add_parser("real", help="real memory libraries under the scheduler (setup, run, replay)")
     checking.add_parsers(sub)
     stores.add_parsers(sub)
     experiments.add_parsers(sub)
     return parser
+
+
+def _delegated(command: str, delegate: Callable[[Sequence[str]], int], rest: list[str]) -> int:
+    """Run a command with its own parser. `SystemExit("message")`, which Python turns into
+    exit 1 (the anomaly code), is a usage error there: one `error:` line and exit 2."""
+    try:
+        return delegate(rest)
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise
+        message = exc.code.removeprefix(f"toki {command}: ").removeprefix("error: ")
+        print(f"toki {command}: error: {message}", file=sys.stderr)
+        return 2
+
+
+def _parse(args_list: list[str]) -> argparse.Namespace:
+    """Parse; an unknown option is reported by its subcommand's parser, which knows the
+    options to suggest instead."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(args_list)
+    if extra:
+        sub = _subparser(parser, str(args.command)) or parser
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser | None = action.choices.get(name)
+            return found
+    return None
 
 
 # Subcommands with their own argument parser: everything after the name is theirs.
@@ -79,10 +114,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             module = importlib.import_module(_DELEGATED[command])
             delegate: Callable[[Sequence[str]], int] = module.main
-            return delegate(args_list[1:])
-        args = build_parser().parse_args(args_list)
+            return _delegated(command, delegate, args_list[1:])
+        args = _parse(args_list)
         handler: Handler = args.handler
         return handler(args)
+    except BrokenPipeError:  # the reader stopped early (`toki demo --json | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except TokiError as exc:
         print(f"toki {command}: error: {exc}", file=sys.stderr)
         return 2

@@ -114,7 +114,9 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     strategy = make_strategy(args.strategy, args.seed, args.depth, args.preemptions)
     level = Isolation.parse(args.isolation) if args.isolation else None
     history_out = writable_file("--history-out", args.history_out) if args.history_out else None
-    witness_dir = out_dir(args.witness_dir, "explore") if args.witness_dir else None
+    witness_dir = (
+        out_dir(args.witness_dir, "explore", "--witness-dir") if args.witness_dir else None
+    )
     total = None if args.strategy in SEARCHES else args.budget  # a search may end sooner
     with progress(args, "explore", "schedule", total, bound=args.budget) as bar:
         report = explore_system(

@@ -36,6 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     f.add_argument("--json", action="store_true", help="print the path and sha256 as JSON")
     i = sub.add_parser("info", help="counts and parsing problems of the data file")
     i.add_argument("--path", help=_PATH_HELP)
+    i.add_argument("file", nargs="?", help="the LoCoMo file, as --path (either spelling)")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     b = sub.add_parser("baseline", help="flat BM25 + extractive baseline, per category")
     b.add_argument("--path", help=_PATH_HELP)
@@ -117,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     pv.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
+    if getattr(args, "file", None):
+        if args.path and args.path != args.file:
+            parser.error(f"info: two paths ({args.file} and --path {args.path}); give one")
+        args.path = args.file
     try:
         _check_numbers(args)
         if args.cmd == "fetch":

@@ -115,6 +115,8 @@ def _cmd_setup(args: argparse.Namespace) -> int:
         names = sorted(first.values())
     else:
         names = [get_real_system(args.system).name]
+    if not args.json:  # pip takes a minute or more per environment: say so before it starts
+        print(f"toki real setup: preparing {', '.join(names)} ...", file=sys.stderr, flush=True)
     with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:  # pip runs in processes
         futures = {n: pool.submit(setup_system, n, force=args.force) for n in names}
     failed = {n: f.exception() for n, f in futures.items() if f.exception() is not None}
@@ -130,7 +132,7 @@ def _cmd_setup(args: argparse.Namespace) -> int:
             )
     for n, exc in failed.items():
         print(f"toki real setup: error: {n}: {exc}", file=sys.stderr)
-    return 1 if failed else 0
+    return 2 if failed else 0  # the machine could not build it: not an anomaly (exit 1)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -185,7 +187,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         for key, value in data.items():
             print(f"{key}: {value}")
-    return 0
+    return 1 if args.check and any(data.get("anomalies", {}).values()) else 0  # as explore
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:

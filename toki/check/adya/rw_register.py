@@ -86,7 +86,8 @@ def register_edges(
                         (),
                         (),
                         f"the versions {shown} of {kname(k)} form a cycle when inferred from "
-                        f"{join([*used, name])}; {name} is not used",
+                        f"{join([*used, name])}; the order {name} infers contradicts the rest, "
+                        "so it is set aside for these versions",
                     )
                 )
             continue
