@@ -1,0 +1,213 @@
+"""The rough edges a new user met (issue #39), one row each: (command, exit code, where the
+message goes, a fragment of it). Beside them: the exit-code table of docs/cli.md checked
+against every subcommand, the pipe closed early, the matrix config found from anywhere,
+and the LLM client that fails fast when nothing listens."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toki.cli import EXIT_CODES, main
+
+ROOT = Path(__file__).resolve().parents[1]
+ELLE = ROOT / "tests" / "check" / "elle_data" / "elle-cli"
+HEADER = '{"format": "toki-history", "version": 1}\n'
+
+
+def _files(tmp: Path) -> dict[str, str]:
+    made = {
+        "header": HEADER,
+        "belief": HEADER + '{"type": "belief", "at": 1, "key": "a", "value": 1}\n',
+        "binary": bytes(range(128, 256)) * 4,
+    }
+    out = {}
+    for name, content in made.items():
+        path = tmp / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        out[name] = str(path)
+    out["readme"] = str(ROOT / "README.md")
+    out["gsingle"] = str(ELLE / "list-append-anomaly-g-single-item.json")
+    out["missing"] = str(tmp / "nonexistent.toml")
+    out["newdir"] = str(tmp / "new-out")
+    return out
+
+
+# (argv, exit code, "out" or "err", fragment)
+ROWS: list[tuple[list[str], int, str, str]] = [
+    # nothing checked is not a pass
+    (["check", "@header"], 3, "out", "no check could run: nothing was checked (exit 3)"),
+    (["check", "@belief"], 3, "out", "valid? unknown"),
+    (["check", "@header", "--json"], 3, "out", '"valid?": "unknown"'),
+    # toki matrix: a config that cannot be read is bad input, before any folder is made
+    (["matrix", "--config", "@binary", "--out", "@newdir"], 2, "err", "is not a text (TOML)"),
+    (["matrix", "--config", "@missing", "--out", "@newdir"], 2, "err", "--config: cannot read"),
+    # exit codes: a usage error of a delegated command is 2 with `error:`
+    (["prove", "--only", "isolation_lwww"], 2, "err", "toki prove: error: unknown proof"),
+    (["prove", "--k", "0"], 2, "err", "toki prove: error: --k 0"),
+    # Elle's spellings, and "did you mean"
+    (["check", "@gsingle", "--consistency-models", "serializable"], 1, "out", "for serializable"),
+    (["explore", "--sytem", "toki"], 2, "err", "(did you mean --system?)"),
+    (["explor"], 2, "err", "(did you mean explore?)"),
+    (["check", "@gsingle", "--consistency-modle", "x"], 2, "err", "did you mean --consistency"),
+    (["matrix", "--budget", "smal"], 2, "err", "(did you mean small?)"),
+    # messages
+    (["check", "@readme"], 2, "err", "is neither a toki history nor an Elle history"),
+    (["check", "@gsingle", "--consistency-model", "serialisable"], 2, "err", "serializable?"),
+    (["explore", "--witness-dir", "@readme"], 2, "err", "--witness-dir: "),
+    (["locomo", "info", "@missing"], 2, "err", "LoCoMo file not found at the given path"),
+    # long runs say what they do
+    (["real", "setup", "toki-memory"], 0, "err", "preparing toki-memory"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "stream", "fragment"), ROWS, ids=[" ".join(r[0]) for r in ROWS]
+)
+def test_each_rough_edge(
+    argv: list[str],
+    code: int,
+    stream: str,
+    fragment: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    files = _files(tmp_path)
+    argv = [files[a[1:]] if a.startswith("@") else a for a in argv]
+    try:
+        got = main(argv)
+    except SystemExit as exc:
+        got = int(exc.code or 0)
+    out = capsys.readouterr()
+    text = out.out if stream == "out" else out.err
+    assert got == code, (out.out, out.err)
+    assert fragment in text, (out.out, out.err)
+    assert "Traceback" not in out.err and "lexpos" not in out.err
+    if code == 2:
+        assert len(out.err) < 600, out.err  # one line, not a 1 KB list
+    assert not Path(files["newdir"]).exists()  # no empty --out folder left behind
+    assert not (tmp_path / "toki-out").exists() or not any((tmp_path / "toki-out").iterdir())
+
+
+def test_a_pipe_closed_early_is_silent_and_exit_0(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toki.cli", "demo", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(10)  # `| head -c 10`
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and err == "", err
+
+
+def test_matrix_finds_its_config_from_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toki.cli.experiments import _matrix_config
+
+    monkeypatch.chdir(tmp_path)  # no verdict_matrix/ here
+    assert Path(_matrix_config(None)) == ROOT / "verdict_matrix" / "matrix.toml"
+
+
+def test_a_failed_matrix_run_leaves_no_empty_out_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import toki.experiments.matrix as matrix
+
+    def fails(*_: Any, out: Path, **__: Any) -> Any:
+        (out / "witnesses").mkdir(parents=True)  # what a run makes before it gets far
+        raise RuntimeError("the run broke")
+
+    monkeypatch.setattr(matrix, "run_matrix", fails)
+    out = tmp_path / "m"
+    assert main(["matrix", "--out", str(out), "--quiet"]) == 4
+    assert not out.exists()
+    existing = tmp_path / "keep"
+    existing.mkdir()
+    assert main(["matrix", "--out", str(existing), "--quiet"]) == 4
+    assert existing.is_dir()  # a folder the user had is never removed
+    capsys.readouterr()
+
+
+def test_the_llm_client_fails_fast_when_nothing_listens() -> None:
+    from toki.llm import LLMClient, LLMConfig, LLMUnavailable, Prompt
+
+    with socket.socket() as s:  # a port free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    slept: list[float] = []
+    config = LLMConfig(f"http://127.0.0.1:{port}/v1", "m", max_retries=5)
+    client = LLMClient(config, sleep=slept.append, environ={})
+    prompt = Prompt("p", "you answer", "say $x")
+    with pytest.raises(LLMUnavailable, match="connection refused before any answer"):
+        client.complete(prompt, {"x": "hi"})
+    assert client.stats.requests == 1 and client.stats.retries == 0 and slept == []
+
+
+def test_pg_grid_prints_its_table_and_its_csv_has_a_header(
+    pg_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["pg-grid", "--dsn", pg_dsn, "--operators", "LWW", "--levels", "RC"]
+    assert main([*argv, "--writers", "2", "--reps", "1", "--out", str(tmp_path), "--quiet"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("| operator | level | writers |") and out[2].startswith("| LWW | RC")
+    assert (tmp_path / "pg_grid.csv").read_text().startswith("operator,level,writers,")
+
+
+def test_the_help_says_what_prove_writes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("prove")]
+    assert "--out" in line and "writes proofs/" not in line
+
+
+# ------------------------------------------------------------------ one exit-code table
+
+
+def _table() -> dict[str, set[int]]:
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    rows = re.findall(r"^\| `toki ([a-z -]+)` \| ([0-9, ]+) \|", doc, re.M)
+    return {name: {int(c) for c in codes.split(",")} for name, codes in rows}
+
+
+def _subcommands() -> list[str]:
+    from tests.test_cli_errors import _parsers
+
+    names = [n.removeprefix("toki ") for n, _ in _parsers() if n != "toki"]
+    return [n for n in names if n not in ("real", "locomo")]  # their subcommands are listed
+
+
+def test_every_subcommand_is_in_the_exit_code_table_and_exits_2_on_bad_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    table = _table()
+    assert sorted(table) == sorted(_subcommands())
+    for name, codes in table.items():
+        assert codes <= set(EXIT_CODES) and 0 in codes, name
+        try:
+            got = main([*name.split(), "--no-such-option"])
+        except SystemExit as exc:
+            got = int(exc.code or 0)
+        err = capsys.readouterr().err
+        assert got == 2 and "error:" in err, (name, err)
+    assert table["check"] == {0, 1, 3} and table["show"] == {0}
+    assert table["explore"] == table["real run"] == {0, 1}  # one meaning of 1 everywhere
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    for code in EXIT_CODES:
+        assert f"| {code} |" in doc, code
