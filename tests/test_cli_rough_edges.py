@@ -211,3 +211,23 @@ def test_every_subcommand_is_in_the_exit_code_table_and_exits_2_on_bad_usage(
     doc = (ROOT / "docs" / "cli.md").read_text()
     for code in EXIT_CODES:
         assert f"| {code} |" in doc, code
+
+
+def test_an_await_hold_reads_as_the_readme_says() -> None:
+    """README: while an AWAIT claim waits, reads answer the last accepted value and
+    open_conflicts() lists the held conflict; the challenger is never served."""
+    from toki import Claim, FactKey, Memory
+    from toki.algebra import AWAIT
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "reads (`current`, `resolve_at`) keep answering with the last accepted value" in readme
+    mem = Memory()
+    k = FactKey(tenant="t1", subject="u1", fact_key="city")
+    v1 = mem.assert_fact(k, "Lisbon", valid_from="2026-01-01T00:00:00Z", source_id="msg-1")
+    held = mem.write(Claim(k, "Porto", "msg-3", valid_from="2026-09-01T00:00:00Z"), AWAIT)
+    assert held.action.name == "HOLD"
+    assert mem.current(k).value == "Lisbon" and mem.current(k).kind == "value"
+    later = mem.resolve_at(k, valid_at="2026-10-01T00:00:00Z")
+    assert (later.kind, later.value) == ("value", "Lisbon")
+    (pair,) = mem.open_conflicts(k)  # the held conflict: the accepted version and the claim
+    assert v1.id in pair

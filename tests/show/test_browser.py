@@ -53,13 +53,18 @@ def test_a_model_witness_page(browser: Any, tmp_path: Path, artifacts: Path) -> 
     )
     assert browser.find_elements("css selector", "td.in-txn.t-committed")
     assert "reproduced: True" in browser.find_element("id", "explanation").text
+    browser.execute_script("document.getElementById('why').scrollIntoView()")
+    browser.save_screenshot(str(artifacts / "model-witness.png"))
     marked[0].find_element("css selector", "summary").click()  # the record panel fills
     record = json.loads(browser.find_element("css selector", "aside#record pre").text)
     assert record["operations"] and "choice" in record
     browser.find_element("css selector", "body").send_keys("n")  # keyboard: next marked step
     selected = browser.find_element("css selector", "td.step.selected")
     assert "marked" in (selected.get_attribute("class") or "")
-    browser.save_screenshot(str(artifacts / "model-witness.png"))
+    assert browser.find_element("css selector", "aside#record .what").text == (
+        selected.get_attribute("title")
+    )
+    browser.save_screenshot(str(artifacts / "model-witness-record.png"))
 
 
 def test_a_real_witness_page(browser: Any, tmp_path: Path, artifacts: Path) -> None:

@@ -148,7 +148,8 @@ JS = """
     var summary = cell.querySelector("summary");
     panel.querySelector("h3").textContent = "Step " + cell.getAttribute("data-step") +
       " \\u00b7 " + cell.getAttribute("data-lane");
-    panel.querySelector(".what").textContent = summary ? summary.textContent : "";
+    panel.querySelector(".what").textContent = cell.getAttribute("title") ||
+      (summary ? summary.textContent : "");
     panel.querySelector("pre").textContent = pre ? pre.textContent : "";
   }
   function move(delta, onlyMarked) {
