@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from toki.cli import main
 from toki.show import Page, Row, load_page, render_page, write_page
-from toki.show.html import NEIGHBOURHOOD, SHOW_ALL_BELOW
+from toki.show.html import MAX_DRAWN, NEIGHBOURHOOD, SHOW_ALL_BELOW
 
 ROOT = Path(__file__).resolve().parents[2]
 WITNESSES = ROOT / "verdict_matrix" / "witnesses"
@@ -158,6 +158,9 @@ def test_a_big_page_first_shows_the_anomalys_neighbourhood() -> None:
     small = render_page(_rows(SHOW_ALL_BELOW, {3}))
     assert 'class="far"' not in small and 'id="expand"' not in small
     assert 'class="far"' not in render_page(_rows(n, set()))  # nothing marked: all shown
+    huge = render_page(_rows(MAX_DRAWN + 1, {10}))
+    assert huge.count("<tr id=") == 2 * NEIGHBOURHOOD + 1 and 'id="expand"' not in huge
+    assert "not drawn (a page draws at most" in huge
 
 
 def test_a_page_fetches_nothing() -> None:

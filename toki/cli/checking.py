@@ -87,7 +87,10 @@ def _load_elle(args: argparse.Namespace, fmt: str) -> Any:
     try:
         return load(args.file, fmt)
     except HistoryFormatError as exc:
-        if args.format == "auto" and "line 1:" in str(exc) and "invalid EDN" in str(exc):
+        with open(args.file, encoding="utf-8", errors="replace") as fh:
+            head = fh.read(200).lstrip()
+        looks_edn = head.startswith(("{", "[", ";", "#jepsen", "#{"))
+        if args.format == "auto" and not looks_edn and "invalid EDN" in str(exc):
             raise InvalidInput(
                 args.file,
                 "is neither a toki history nor an Elle history in EDN or JSON (its first "

@@ -37,8 +37,8 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     folder = out_dir(args.out, "matrix")
     with progress(args, "matrix", "task") as bar, remove_if_left_empty(folder, existed):
 
-        def on_plan(n: int) -> None:
-            bar.total = n
+        def on_plan(n: int) -> None:  # called for the model tasks, then for the real ones
+            bar.total = (bar.total or 0) + n
             bar.refresh()
 
         result = run_matrix(

@@ -722,8 +722,8 @@ def run_matrix(
         from toki.experiments.real_matrix import add_real_rows
 
         rows, notes = add_real_rows(
-            config, real_budget, rows, notes, folder, executor, workers, address, progress
-        )
+            config, real_budget, rows, notes, folder, executor, workers, address, progress, on_plan
+        )  # on_plan: the real tasks join the progress bar's total (#39)
     seconds = time.perf_counter() - t0
     result = MatrixResult(rows, list(results), seconds, dict(config), budget, notes)
     write_outputs(result, folder)

@@ -78,7 +78,7 @@ td.marked { background: #fde3d3 !important; box-shadow: inset 0 0 0 2px #D55E00;
 tr.gap td { text-align: center; color: var(--muted); font-style: italic; background: #fafafa; }
 #expand { margin-right: .3rem; }
 #expand:not(:checked) ~ .layout tr.far { display: none; }
-#expand:checked ~ .layout tr.gap { display: none; }
+#expand:checked ~ .layout tr.gap:not(.kept) { display: none; }
 svg.cycle { max-width: 100%; height: auto; border: 1px solid #eee; background: #fff; }
 svg.cycle .node circle { fill: #fff; stroke: #111; stroke-width: 2; }
 svg.cycle .node text { font: 600 13px system-ui, sans-serif; text-anchor: middle; }

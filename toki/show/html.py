@@ -23,6 +23,9 @@ __all__ = ["NEIGHBOURHOOD", "SHOW_ALL_BELOW", "document", "render_page"]
 #: and NEIGHBOURHOOD rows either side of each.
 SHOW_ALL_BELOW = 150
 NEIGHBOURHOOD = 8
+#: Beyond this many rows the steps away from the anomaly are not even written into the page
+#: (a history of 10^5 transactions would make a page of 100 MB); the gap rows say so.
+MAX_DRAWN = 5000
 
 _BADGE = {
     "read": "READ",
@@ -139,7 +142,7 @@ def _timeline(page: Page) -> str:
         "<kbd>n</kbd>/<kbd>p</kbd> next/previous anomaly step, <kbd>e</kbd> show all steps.</p>",
         _legend(),
     ]
-    if hidden:
+    if hidden and len(rows) <= MAX_DRAWN:
         out.append(
             f'<input type="checkbox" id="expand"><label for="expand">show all {len(rows):,} '
             f"steps ({hidden:,} hidden: only the anomaly's neighbourhood is shown)</label>"
@@ -151,18 +154,20 @@ def _timeline(page: Page) -> str:
         f"{head}</tr></thead><tbody>"
     )
     width = len(lanes) + 1
+    drawn = len(rows) <= MAX_DRAWN or not hidden
     gap = 0
     for pos, row in enumerate(rows):
         if not near[pos]:
             gap += 1
-            out.append(_row(row, pos, lanes, opened, page, far=True))
+            if drawn:
+                out.append(_row(row, pos, lanes, opened, page, far=True))
             continue
         if gap:
-            out.append(_gap(gap, width))
+            out.append(_gap(gap, width, drawn))
             gap = 0
         out.append(_row(row, pos, lanes, opened, page, far=False))
     if gap:
-        out.append(_gap(gap, width))
+        out.append(_gap(gap, width, drawn))
     out.append("</tbody></table></div>")
     out.append(
         '<aside id="record" aria-live="polite"><h3>Step record</h3><p class="what">'
@@ -171,7 +176,13 @@ def _timeline(page: Page) -> str:
     return "\n".join(out)
 
 
-def _gap(n: int, width: int) -> str:
+def _gap(n: int, width: int, drawn: bool = True) -> str:
+    if not drawn:
+        return (
+            f'<tr class="gap kept"><td colspan="{width}">&hellip; {n:,} step(s) away from the '
+            f"anomaly not drawn (a page draws at most {MAX_DRAWN:,} steps; toki check reads "
+            "them all)</td></tr>"
+        )
     return (
         f'<tr class="gap"><td colspan="{width}"><label for="expand">&hellip; {n:,} step(s) '
         "away from the anomaly hidden: show all</label></td></tr>"
