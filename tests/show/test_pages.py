@@ -265,3 +265,20 @@ def test_write_page_returns_what_it_drew(tmp_path: Path) -> None:
     html = (tmp_path / "p.html").read_text()
     assert html.count('class="lane step') == len(page.rows)
     assert html.count("&#9650; anomaly:") == sum(1 for r in page.rows if r.mark) + 1  # + legend
+
+
+def test_a_relay_witness_marks_the_lost_row_and_the_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    planted = ["relay", "--rows", "2", "--levels", "rc", "--no-writer", "--on-failure", "skip"]
+    assert main([*planted, "--out", str(tmp_path), "--quiet"]) == 0
+    capsys.readouterr()
+    source = tmp_path / "relay-read_committed.json"
+    page = load_page(source)
+    assert main(["replay", str(source)]) == 0
+    assert list(page.explanation) == capsys.readouterr().out.splitlines()
+    lost = json.loads(source.read_text())["details"]["lost_rows"]
+    assert lost and page.lanes[-1] == "faults"
+    read_lost = [r for r in page.rows if r.mark == "a row that is lost" and r.kind == "read"]
+    assert {op["key"][-1] for r in read_lost for op in r.record["operations"]} == set(lost)
+    assert all(r.mark for r in page.rows if r.kind in ("fault", "abort", "crash"))

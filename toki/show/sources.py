@@ -287,6 +287,7 @@ def _relay_witness(path: Path) -> Page:
     w = RelayWitness.from_json(data)
     run, verdict = w.replay()
     rows, spans = _sim_rows(_walk(w.program(), w.schedule), "", (), w.level, "process")
+    rows = _relay_marks(rows, dict(verdict.details))
     facts = [
         ("level", w.level),
         ("outbox rows", str(w.rows)),
@@ -305,6 +306,34 @@ def _relay_witness(path: Path) -> Page:
         lanes=_lanes(rows),
         spans=tuple(spans),
     )
+
+
+def _relay_marks(rows: Sequence[Row], details: Mapping[str, Any]) -> list[Row]:
+    """The relay's anomaly: the injected failures, aborts and crashes, and every step on an
+    outbox or log row that ends up lost, stamped with the relay's clock, or invented."""
+    import dataclasses
+
+    why = {
+        **{int(i): "a row that is lost" for i in details.get("lost_rows") or ()},
+        **{
+            int(i): "a row stamped with the relay's clock"
+            for i in details.get("relay_time_rows") or ()
+        },
+        **{int(i): "a row that was invented" for i in details.get("phantom_rows") or ()},
+    }
+    out = []
+    for r in rows:
+        mark = {
+            "fault": "an injected failure",
+            "abort": "a failed transaction",
+            "crash": "a crash",
+        }.get(r.kind, "")
+        for op in r.record.get("operations", ()):
+            key = op.get("key")
+            if isinstance(key, tuple) and key[:1] in (("outbox",), ("log",)) and key[-1] in why:
+                mark = mark or why[key[-1]]
+        out.append(dataclasses.replace(r, mark=mark) if mark else r)
+    return out
 
 
 # ---------------------------------------------------------------- real witnesses
