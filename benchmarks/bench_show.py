@@ -42,9 +42,10 @@ def chromium() -> tuple[str, str] | None:
     return browser, driver
 
 
-def open_browser(width: int = 1400, height: int = 1000) -> Any:
+def open_browser(width: int = 1400, height: int = 1000, *, javascript: bool = True) -> Any:
     """Headless Chromium through the system chromedriver, with the network log on (so a
-    test can list every request the page made). Never downloads a driver or browser."""
+    test can list every request the page made); `javascript=False` turns scripts off.
+    Never downloads a driver or browser."""
     os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must not fetch anything
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -68,6 +69,10 @@ def open_browser(width: int = 1400, height: int = 1000) -> Any:
     ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    if not javascript:
+        options.add_experimental_option(
+            "prefs", {"profile.managed_default_content_settings.javascript": 2}
+        )
     return webdriver.Chrome(service=Service(executable_path=paths[1]), options=options)
 
 

@@ -178,3 +178,52 @@ def test_a_big_history_shows_the_neighbourhood_and_expands(browser: Any, tmp_pat
     assert browser.find_element("css selector", "tr.gap").is_displayed()
     browser.find_element("id", "expand").click()
     assert all(r.is_displayed() for r in rows)
+
+
+def test_print_media_drops_the_panel_and_prints_every_step(browser: Any, tmp_path: Path) -> None:
+    page = write_page(ELLE / "list-append-anomaly-g-single-item.json", tmp_path / "p.html")
+    _load(browser, tmp_path / "p.html")
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+    try:
+        assert not browser.find_element("css selector", "aside#record").is_displayed()
+        rows = browser.find_elements("css selector", "tbody tr[id]")
+        assert len(rows) == len(page.rows) and all(r.is_displayed() for r in rows)
+    finally:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
+
+
+def test_a_page_is_readable_without_javascript(
+    browser: Any, tmp_path: Path, artifacts: Path
+) -> None:
+    """Scripts off (a second browser; `browser` only brings the skip-or-fail rule): the
+    records still open (native <details>) and "show all" still expands a folded history
+    (a checkbox and CSS)."""
+    from benchmarks.bench_show import open_browser
+
+    ops = []
+    for i in range(300):
+        value = [["append", 100 + i, 1]]
+        ops += [
+            {"index": 2 * i, "process": i % 3, "type": "invoke", "value": value},
+            {"index": 2 * i + 1, "process": i % 3, "type": "ok", "value": value},
+        ]
+    g_single = json.loads((ELLE / "list-append-anomaly-g-single-item.json").read_text())
+    for op in g_single:
+        op["index"] += 600
+    (tmp_path / "h.json").write_text(json.dumps(ops + g_single))
+    write_page(tmp_path / "h.json", tmp_path / "h.html")
+    driver = open_browser(javascript=False)
+    try:
+        driver.get((tmp_path / "h.html").resolve().as_uri())
+        assert "js" not in (driver.find_element("tag name", "html").get_attribute("class") or "")
+        rows = driver.find_elements("css selector", "tbody tr[id]")
+        assert sum(r.is_displayed() for r in rows) < len(rows)
+        driver.find_element("css selector", "label[for=expand]").click()
+        assert all(r.is_displayed() for r in rows)
+        marked = driver.find_element("css selector", "td.step.marked")
+        marked.find_element("css selector", "summary").click()
+        record = json.loads(marked.find_element("css selector", "details pre").text)
+        assert record["status"] == "ok" and record["ops"]
+        driver.save_screenshot(str(artifacts / "no-javascript.png"))
+    finally:
+        driver.quit()
