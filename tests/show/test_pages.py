@@ -282,3 +282,44 @@ def test_a_relay_witness_marks_the_lost_row_and_the_failure(
     read_lost = [r for r in page.rows if r.mark == "a row that is lost" and r.kind == "read"]
     assert {op["key"][-1] for r in read_lost for op in r.record["operations"]} == set(lost)
     assert all(r.mark for r in page.rows if r.kind in ("fault", "abort", "crash"))
+
+
+def test_the_matrix_page_shows_each_cells_numbers_and_method() -> None:
+    from toki.show.matrix_page import render_matrix
+
+    def row(system: str, anomaly: str, verdict: str, **kw: object) -> dict[str, object]:
+        base = {"system": system, "kind": "model", "version": "v", "faults": "none"}
+        base.update(anomaly=anomaly, verdict=verdict, rate=float("nan"), ci_low=float("nan"))
+        base.update(ci_high=float("nan"), mode="exhaustive", runs=100, draws=8, witness="")
+        base.update(
+            reason="no anomaly; DPOR exhaustive on manager, conflicts; sampled "
+            "(random + PCT) on big; no faults; 8 judge draws"
+        )
+        base.update(kw)
+        return base
+
+    rows = [
+        row("m", "N2", "admits", rate=0.25, ci_low=0.2, ci_high=0.3, witness="witnesses/m-N2.json"),
+        row("m", "N3", "not found", ci_high=0.03, mode="sampled"),
+        row("m (real)", "N2", "admits", kind="real", rate=0.5, ci_low=0.4, ci_high=0.6),
+        row("m (real)", "N3", "excludes", kind="real", mode="check", rate=float("nan")),
+    ]
+    agree = {
+        ("m (real)", "none", "N2"): {"agree": "yes", "model": "m"},
+        ("m (real)", "none", "N3"): {
+            "agree": "no",
+            "model": "m",
+            "model_verdict": "not found",
+            "resolution": "The model is coarser. Details follow.",
+        },
+    }
+    html = render_matrix(rows, ["a note"], {"witnesses/m-N2.json": "witnesses/m-N2.html"}, agree)
+    cells = re.findall(r'<td class="cell ([^"]+)" data-verdict="([^"]+)"', html)
+    assert [v for _, v in cells] == ["admits", "not found", "admits", "excludes"]
+    assert "rate 0.250 [0.200, 0.300]" in html and "rate &lt; 0.030" in html
+    assert "exhaustive on 2 of 3 workload(s)" in html and "n=100" in html
+    assert 'href="witnesses/m-N2.html"' in html and "witness page" in html
+    assert "agrees with model m" in html
+    assert "DISAGREES with model m (not found): The model is coarser. …" in html
+    assert html.count('<tr class="real"') == 1 and "a note" in html
+    assert "<script" not in html  # the matrix page needs no script at all

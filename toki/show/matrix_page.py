@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
@@ -106,10 +107,25 @@ def _rate_line(r: Mapping[str, Any]) -> str:
     return ""
 
 
+def _workloads(reason: str) -> str:
+    """ "exhaustive on 2 of 3 workloads" from the scope the matrix writes into a reason
+    ("DPOR exhaustive on a, b; sampled (random + PCT) on c; ...")."""
+    done = re.search(r"DPOR exhaustive on ([^;]+)", reason)
+    rest = re.search(r"sampled \(random \+ PCT\) on ([^;]+)", reason)
+    n_done = len(done.group(1).split(", ")) if done else 0
+    n_rest = len(rest.group(1).split(", ")) if rest else 0
+    if not n_done + n_rest:
+        return ""
+    return f"exhaustive on {n_done} of {n_done + n_rest} workload(s)"
+
+
 def _method(r: Mapping[str, Any]) -> str:
     mode = str(r.get("mode") or "")
     runs, draws = r.get("runs"), r.get("draws")
     parts = [mode] if mode else []
+    scope = _workloads(str(r.get("reason") or ""))
+    if scope:
+        parts.append(scope)
     if runs not in (None, "", 0):
         parts.append(f"n={int(_num(runs)):,}")
     if draws not in (None, ""):
