@@ -39,6 +39,12 @@ def test_a_model_witness_page_is_the_replay(capsys: pytest.CaptureFixture[str]) 
     assert any("decision" in r.mark for r in marked) and any("read" in r.mark for r in marked)
     assert all(s.outcome in ("committed", "aborted", "open") for s in page.spans)
     assert {s.level for s in page.spans} == {"read_committed"}
+    # each step's record: its footprint (what DPOR knew it may touch) and its operations
+    assert all(r.record["footprint"]["kind"] for r in page.rows)
+    written = [
+        op for r in page.rows for op in r.record.get("operations", ()) if op["kind"] == "write"
+    ]
+    assert written and all("value" in op and "version" in op for op in written)
 
 
 def test_an_elle_page_draws_the_checkers_cycles(capsys: pytest.CaptureFixture[str]) -> None:

@@ -82,20 +82,33 @@ def load_page(path: str | Path, *, replay_real: bool = True) -> Page:
 # ---------------------------------------------------------------- simulator runs
 
 
-def _walk(program: Any, schedule: Sequence[Any]) -> list[tuple[Any, int, int, list[Any]]]:
-    """Each scheduler choice with its pid, the agent it concerns and the store ops it made."""
+def _walk(program: Any, schedule: Sequence[Any]) -> list[tuple[Any, Any, int, list[Any]]]:
+    """Each scheduler choice with its footprint (what DPOR knows it may read and write),
+    the agent it concerns and the store ops it made."""
     from toki.sim.engine import Execution
 
-    ex = Execution(program)
+    ex = Execution(program, track=True)
     out = []
     for choice in schedule:
         pid = ex.pid(choice)
         if pid is None:
             raise InvalidInput("schedule", f"choice {choice!r} does not fit the program")
-        before = ex.store.history_len()
+        before, steps = ex.store.history_len(), len(ex.fps)
         ex.step(pid)
+        fp = ex.fps[-1] if len(ex.fps) > steps else None
         agent = pid if pid < ex.n else pid - ex.n if pid < 2 * ex.n else -1
-        out.append((choice, pid, agent, list(ex.store.history()[before:])))
+        out.append((choice, fp, agent, list(ex.store.history()[before:])))
+    return out
+
+
+def _footprint(fp: Any) -> dict[str, Any] | None:
+    if fp is None:
+        return None
+    out: dict[str, Any] = {"kind": fp.kind}
+    for name in ("reads", "shares", "writes"):
+        resources = getattr(fp, name)
+        if resources:
+            out[name] = sorted((_plain(r) for r in resources), key=repr)
     return out
 
 
@@ -160,7 +173,7 @@ _MARKS = {
 
 
 def _sim_rows(
-    steps: Sequence[tuple[Any, int, int, list[Any]]],
+    steps: Sequence[tuple[Any, Any, int, list[Any]]],
     anomaly: str,
     keys: Sequence[str],
     level: str,
@@ -172,9 +185,11 @@ def _sim_rows(
     open_txn: dict[int, tuple[str, int]] = {}  # txn -> (lane, first row)
     committed: set[int] = set()
     marks = _MARKS.get(anomaly, {})
-    for i, (choice, _pid, agent, ops) in enumerate(steps):
+    for i, (choice, fp, agent, ops) in enumerate(steps):
         lane = f"{lane_word} {agent}" if agent >= 0 else "faults"
         record: dict[str, Any] = {"schedule position": i, "choice": choice}
+        if fp is not None:
+            record["footprint"] = _footprint(fp)
         if isinstance(choice, str) and choice.startswith("crash:"):
             rows.append(
                 Row(
