@@ -39,6 +39,13 @@ def test_a_model_witness_page_is_the_replay(capsys: pytest.CaptureFixture[str]) 
     assert any("decision" in r.mark for r in marked) and any("read" in r.mark for r in marked)
     assert all(s.outcome in ("committed", "aborted", "open") for s in page.spans)
     assert {s.level for s in page.spans} == {"read_committed"}
+    # N2: the closest serial state, and how the observed one differs from it
+    facts = dict(page.facts)
+    assert "alice:manager=Bob" in facts["closest serial order"]
+    assert json.loads(facts["observed vs serial"])["alice:manager"]["live"] == {
+        "observed": ["Bob", "Carol"],
+        "serial": json.loads(facts["its beliefs"])["alice:manager"]["live"],
+    }
     # each step's record: its footprint (what DPOR knew it may touch) and its operations
     assert all(r.record["footprint"]["kind"] for r in page.rows)
     written = [

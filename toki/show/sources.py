@@ -270,6 +270,7 @@ def _model_witness(path: Path) -> Page:
         crash_budget=w.crash_budget,
     )
     rows, spans = _sim_rows(_walk(program, w.schedule), w.anomaly, w.keys, w.isolation)
+    closest = _closest_serial(w, system, run) if w.anomaly == "N2" else []
     facts = _witness_facts(
         data,
         [
@@ -286,12 +287,63 @@ def _model_witness(path: Path) -> Page:
         source=str(path),
         kind="model witness",
         verdict=f"replayed: {w.anomaly} {'reproduced' if verdict.found else 'NOT reproduced'}",
-        facts=tuple(facts),
+        facts=(*facts, *closest),
         explanation=(*explain(w, run, system), f"reproduced: {verdict.found}"),
         rows=tuple(rows),
         lanes=_lanes(rows),
         spans=tuple(spans),
     )
+
+
+#: Serial orders `toki show` runs to find the one closest to an N2 witness's state.
+CLOSEST_ORDERS = 200
+
+
+def _closest_serial(w: Any, system: Any, run: Any) -> list[tuple[str, str]]:
+    """For N2: the serial order (keeping each agent's own order) whose beliefs differ from
+    the observed ones in the fewest fields, its beliefs, and the difference."""
+    from toki.check.anomalies import delivered, serial_orders
+    from toki.systems.base import SimJudge, run_serially
+
+    judge = SimJudge(w.judge_p, w.judge_seed)
+    keys = list(w.workload.keys)
+    live = system.beliefs(dict(run.state), keys)
+    seqs = [seq for seq, _ in delivered(w.workload, run)]
+    orders, complete = serial_orders(seqs, CLOSEST_ORDERS)
+
+    def diff(state: Any) -> dict[str, Any]:
+        out = {}
+        for k in sorted(set(live) | set(state)):
+            a, b = live.get(k) or {}, state.get(k) or {}
+            fields = sorted(set(a) | set(b)) if isinstance(a, dict) and isinstance(b, dict) else []
+            changed = {
+                f: {"observed": a.get(f), "serial": b.get(f)}
+                for f in fields
+                if a.get(f) != b.get(f)
+            }
+            if changed or (not fields and a != b):
+                out[k] = changed or {"observed": a, "serial": b}
+        return out
+
+    best = None
+    for order in orders:
+        state = system.beliefs(run_serially(system, w.workload, order, judge), keys)
+        d = diff(state)
+        size = sum(len(v) for v in d.values())
+        if best is None or size < best[0]:
+            best = (size, order, state, d)
+    if best is None:
+        return []
+    _, order, state, d = best
+    tried = f"{len(orders)} serial order(s){'' if complete else ', sampled'}"
+    return [
+        (
+            "closest serial order",
+            " → ".join(f"{c.key}={c.value}" for c in order) + f" (of {tried})",
+        ),
+        ("its beliefs", _short(state, 400)),
+        ("observed vs serial", _short(d, 400)),
+    ]
 
 
 def _relay_witness(path: Path) -> Page:
