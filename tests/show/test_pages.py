@@ -336,3 +336,36 @@ def test_the_matrix_page_shows_each_cells_numbers_and_method() -> None:
     assert "DISAGREES with model m (not found): The model is coarser. …" in html
     assert html.count('<tr class="real"') == 1 and "a note" in html
     assert "<script" not in html  # the matrix page needs no script at all
+
+
+def test_toki_matrix_writes_matrix_html_and_the_witness_pages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command's part (the run itself is tests/experiments'): after the run, matrix.html
+    and a page beside each witness, listed among the files written."""
+    import csv
+    import shutil
+
+    import toki.experiments.matrix as matrix
+
+    with open(ROOT / "verdict_matrix" / "matrix.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["system"] in ("toki", "langgraph-store")]
+
+    def run(*_: object, out: Path, **__: object) -> matrix.MatrixResult:
+        (out / "witnesses").mkdir(parents=True, exist_ok=True)
+        for r in rows:
+            if r["witness"]:
+                shutil.copy(ROOT / "verdict_matrix" / r["witness"], out / r["witness"])
+        numbers = ("rate", "ci_low", "ci_high", "draw_min", "draw_max", "power")
+        typed = [{**r, **{k: float(r[k] or "nan") for k in numbers}, "reason": ""} for r in rows]
+        return matrix.MatrixResult(typed, [], 1.0)
+
+    monkeypatch.setattr(matrix, "run_matrix", run)
+    assert main(["matrix", "--out", str(tmp_path), "--quiet"]) == 0
+    assert str(tmp_path / "matrix.html") in capsys.readouterr().out
+    witnesses = sorted(p.stem for p in (tmp_path / "witnesses").glob("*.json"))
+    assert witnesses and sorted(p.stem for p in (tmp_path / "witnesses").glob("*.html")) == (
+        witnesses
+    )
+    html = (tmp_path / "matrix.html").read_text()
+    assert all(f'href="witnesses/{w}.html"' in html for w in witnesses)

@@ -37,8 +37,8 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     folder = out_dir(args.out, "matrix")
     with progress(args, "matrix", "task") as bar, remove_if_left_empty(folder, existed):
 
-        def on_plan(n: int) -> None:  # called for the model tasks, then for the real ones
-            bar.total = (bar.total or 0) + n
+        def on_plan(n: int) -> None:
+            bar.total = n
             bar.refresh()
 
         result = run_matrix(
@@ -53,6 +53,11 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
             real=args.real,
             real_budget=args.real_budget,
         )
+    from toki.show.matrix_page import write_matrix_page
+
+    # matrix.html and a page beside each witness, from the rows just written; here rather
+    # than in the matrix writer, so that agreement.csv (written after it) is there too
+    write_matrix_page(folder, result.rows, result.notes)
     files = [str(folder / f"matrix.{x}") for x in ("csv", "md", "tex", "png", "html")]
     if args.real:
         files += [str(folder / "agreement.md"), str(folder / "agreement.csv")]

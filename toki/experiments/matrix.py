@@ -722,8 +722,8 @@ def run_matrix(
         from toki.experiments.real_matrix import add_real_rows
 
         rows, notes = add_real_rows(
-            config, real_budget, rows, notes, folder, executor, workers, address, progress, on_plan
-        )  # on_plan: the real tasks join the progress bar's total (#39)
+            config, real_budget, rows, notes, folder, executor, workers, address, progress
+        )
     seconds = time.perf_counter() - t0
     result = MatrixResult(rows, list(results), seconds, dict(config), budget, notes)
     write_outputs(result, folder)
@@ -742,9 +742,6 @@ def write_outputs(result: MatrixResult, folder: Path) -> None:
     (folder / "matrix.md").write_text(render_markdown(result))
     (folder / "matrix.tex").write_text(render_latex(result))
     plot(result, folder / "matrix.png")
-    from toki.show.matrix_page import write_matrix_page  # matrix.html + witness pages (#39)
-
-    write_matrix_page(folder, result.rows, result.notes)
 
 
 def _grid(

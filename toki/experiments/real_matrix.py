@@ -386,7 +386,6 @@ def add_real_rows(
     workers: int | None = None,
     address: str | None = None,
     progress: Callable[[int], None] | None = None,
-    on_plan: Callable[[int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The model rows with the real rows beside them, and the notes with a line per real
     system whose environment is missing; writes agreement.md / .csv into `folder`."""
@@ -402,7 +401,6 @@ def add_real_rows(
         workers=workers,
         address=address,
         progress=progress,
-        on_plan=on_plan,
     )
     merged = interleave(rows, real, ready)
     table = agreement(merged, ready)

@@ -4,8 +4,9 @@ rate and interval, the method, and a link to the page of its witness, which is w
 next to the witness file (witnesses/NAME.html). Real cells say whether they agree with
 their model cell (agreement.csv of the same run).
 
-`toki matrix` calls `write_matrix_page` from the matrix writer; the rows are the matrix's
-own (`MatrixResult.rows`), so every number on the page is the one in matrix.csv.
+`toki matrix` calls `write_matrix_page` once the matrix and its agreement table are written;
+the rows are the matrix's own (`MatrixResult.rows`), so every number on the page is the one
+in matrix.csv.
 """
 
 from __future__ import annotations
