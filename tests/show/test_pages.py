@@ -369,3 +369,16 @@ def test_toki_matrix_writes_matrix_html_and_the_witness_pages(
     )
     html = (tmp_path / "matrix.html").read_text()
     assert all(f'href="witnesses/{w}.html"' in html for w in witnesses)
+
+
+def test_a_crash_ends_its_agents_open_transaction_as_aborted() -> None:
+    """zep's N1 witness: agent 1 crashes inside T3, which the page ends there, rolled back;
+    every other transaction ends at its own commit or abort row."""
+    page = load_page(WITNESSES / "zep-N1-crash.json")
+    crash = {r.index: r.lane for r in page.rows if r.kind == "crash"}
+    ended_by_crash = [s for s in page.spans if crash.get(s.last) == s.lane]
+    assert [(s.txn, s.outcome) for s in ended_by_crash] == [("T3", "aborted")]
+    by_index = {r.index: r for r in page.rows}
+    for s in page.spans:
+        if s not in ended_by_crash and s.outcome != "open":
+            assert by_index[s.last].kind == {"committed": "commit", "aborted": "abort"}[s.outcome]

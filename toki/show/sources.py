@@ -191,6 +191,10 @@ def _sim_rows(
         if fp is not None:
             record["footprint"] = _footprint(fp)
         if isinstance(choice, str) and choice.startswith("crash:"):
+            for t, (span_lane, first) in list(open_txn.items()):  # its transaction rolls back
+                if span_lane == lane:
+                    del open_txn[t]
+                    spans.append(Span(f"T{t}", lane, first, i, level, "aborted"))
             rows.append(
                 Row(
                     i,
@@ -208,6 +212,8 @@ def _sim_rows(
             for op in ops:
                 texts.append(_op_text(op))
                 k = op.kind.value
+                # the row's badge: its last op, unless an earlier one says more (a write
+                # or a commit outranks the begin, read or select that came before it)
                 kind = k if kind in ("step", "begin", "select", "read") else kind
                 txn = f"T{op.txn}"
                 if k == "read" and op.writer and op.writer != op.txn and op.writer not in committed:
