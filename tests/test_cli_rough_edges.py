@@ -57,6 +57,8 @@ ROWS: list[tuple[list[str], int, str, str]] = [
     (["prove", "--k", "0"], 2, "err", "toki prove: error: --k 0"),
     # Elle's spellings, and "did you mean"
     (["check", "@gsingle", "--consistency-models", "serializable"], 1, "out", "for serializable"),
+    (["check", "@gsingle", "--model", "list-append"], 1, "out", "list-append, 3 transactions"),
+    (["check", "@gsingle", "-m", "rw-register"], 2, "err", "the history is list-append"),
     (["explore", "--sytem", "toki"], 2, "err", "(did you mean --system?)"),
     (["explor"], 2, "err", "(did you mean explore?)"),
     (["check", "@gsingle", "--consistency-modle", "x"], 2, "err", "did you mean --consistency"),

@@ -251,9 +251,12 @@ def add_parsers(sub: Any) -> None:
     )
     chk.add_argument(
         "--workload",
+        "--model",  # elle-cli's name for it
+        "-m",
+        dest="workload",
         default="auto",
         choices=["auto", "list-append", "rw-register"],
-        help="refuse a history of another workload (default: detect)",
+        help="refuse a history of another workload (default: detect; elle-cli's --model)",
     )
     chk.add_argument(
         "--consistency-model",
