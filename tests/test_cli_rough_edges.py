@@ -40,6 +40,8 @@ def _files(tmp: Path) -> dict[str, str]:
     out["gsingle"] = str(ELLE / "list-append-anomaly-g-single-item.json")
     out["missing"] = str(tmp / "nonexistent.toml")
     out["newdir"] = str(tmp / "new-out")
+    out["dir"] = str(tmp)
+    out["txt"] = str(tmp / "page.txt")
     return out
 
 
@@ -68,6 +70,12 @@ ROWS: list[tuple[list[str], int, str, str]] = [
     (["check", "@gsingle", "--consistency-model", "serialisable"], 2, "err", "serializable?"),
     (["explore", "--witness-dir", "@readme"], 2, "err", "--witness-dir: "),
     (["locomo", "info", "@missing"], 2, "err", "LoCoMo file not found at the given path"),
+    # toki show: bad input is one line
+    (["show", "@missing"], 2, "err", "no such file"),
+    (["show", "@dir"], 2, "err", "is a folder"),
+    (["show", "@binary"], 2, "err", "is not a text file"),
+    (["show", "@gsingle", "--out", "@txt"], 2, "err", "--out: "),
+    (["show", "@readme"], 2, "err", "is neither a toki history nor an Elle history"),
     # long runs say what they do
     (["real", "setup", "toki-memory"], 0, "err", "preparing toki-memory"),
 ]

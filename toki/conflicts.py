@@ -159,9 +159,7 @@ class ConflictGroups:
                 out.append(tuple(sorted(members)))
         return out
 
-    def open_now(
-        self, standing: AbstractSet[str], value_of: ValueOf
-    ) -> list[tuple[str, ...]]:
+    def open_now(self, standing: AbstractSet[str], value_of: ValueOf) -> list[tuple[str, ...]]:
         """`open_groups(None, ...)` from the versions standing now (neither revoked nor
         closed entirely): set operations instead of a test per member."""
         out = []

@@ -78,26 +78,11 @@ def _models(specs: list[str]) -> list[str]:
 
 
 def _load_elle(args: argparse.Namespace, fmt: str) -> Any:
-    """The Elle history; a file that only looked like one to the format detection (a
-    Markdown file starts with '#', as an EDN record does) is refused in words, not with
-    the EDN lexer's position."""
-    from toki.check.elle import load
-    from toki.errors import HistoryFormatError
+    from pathlib import Path
 
-    try:
-        return load(args.file, fmt)
-    except HistoryFormatError as exc:
-        with open(args.file, encoding="utf-8", errors="replace") as fh:
-            head = fh.read(200).lstrip()
-        looks_edn = head.startswith(("{", "[", ";", "#jepsen", "#{"))
-        if args.format == "auto" and not looks_edn and "invalid EDN" in str(exc):
-            raise InvalidInput(
-                args.file,
-                "is neither a toki history nor an Elle history in EDN or JSON (its first "
-                "line does not parse)",
-                "see docs/history-format.md, or name the format with --format",
-            ) from None
-        raise
+    from toki.show.sources import load_elle
+
+    return load_elle(Path(args.file), fmt, detected=args.format == "auto")
 
 
 def _exit_code(valid: bool | str) -> int:
@@ -201,19 +186,21 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from toki.cli_input import out_dir, writable_file
-    from toki.show import write_page
+    from toki.show import load_page, render_page
 
     source = Path(args.file)
     if not source.is_file():
-        what = "a folder" if source.is_dir() else "no such file"
+        what = "is a folder" if source.is_dir() else "no such file"
         raise InvalidInput("file", f"{source}: {what}", "give a witness or a history file")
+    out = None
     if args.out is not None:
         if not args.out.endswith((".html", ".htm")):
             raise InvalidInput("--out", f"{args.out} is not an .html file", "e.g. --out x.html")
         out = writable_file("--out", args.out)
-    else:
+    page = load_page(source, replay_real=not args.no_replay)  # before any folder is made
+    if out is None:
         out = out_dir(None, "show") / f"{source.stem}.html"
-    page = write_page(source, out, replay_real=not args.no_replay)
+    out.write_text(render_page(page), encoding="utf-8")
     summary = {
         "out": str(out),
         "kind": page.kind,

@@ -20,7 +20,7 @@ from typing import Any
 from toki.errors import InvalidInput
 from toki.show.page import Cycle, CycleEdge, Page, Row, Span
 
-__all__ = ["file_kind", "load_page"]
+__all__ = ["file_kind", "load_elle", "load_page"]
 
 #: The `format` field of each witness kind toki writes.
 WITNESS_KINDS = {
@@ -61,6 +61,29 @@ def file_kind(path: Path) -> str:
             return WITNESS_KINDS[str(data["format"])]
     fmt = detect_format(path)
     return "toki history" if fmt == "toki" else "Elle history"
+
+
+def load_elle(path: Path, fmt: str, detected: bool = True) -> Any:
+    """An Elle history; a file the format detection only took for EDN (a Markdown file
+    starts with '#', as an EDN record does) is refused in words, not with the EDN lexer's
+    position."""
+    from toki.check.elle import load
+    from toki.errors import HistoryFormatError
+
+    try:
+        return load(path, fmt)
+    except HistoryFormatError as exc:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            head = fh.read(200).lstrip()
+        looks_edn = head.startswith(("{", "[", ";", "#jepsen", "#{"))
+        if detected and not looks_edn and "invalid EDN" in str(exc):
+            raise InvalidInput(
+                str(path),
+                "is neither a toki history nor an Elle history in EDN or JSON (its first "
+                "line does not parse)",
+                "see docs/history-format.md, or name the format with --format",
+            ) from None
+        raise
 
 
 def load_page(path: str | Path, *, replay_real: bool = True) -> Page:
@@ -605,11 +628,10 @@ def _marked_txns(anomalies: Mapping[str, Sequence[Any]]) -> dict[str, str]:
 def _elle_history(path: Path) -> Page:
     from toki.check.adya import verdict as adya_verdict
     from toki.check.adya.explain import tname
-    from toki.check.elle import load
     from toki.history import detect_format
 
     fmt = detect_format(path)
-    history = load(path, fmt)
+    history = load_elle(path, fmt)
     v = adya_verdict(history)
     marks = _marked_txns(v.anomalies)
     order = sorted(
