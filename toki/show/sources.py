@@ -11,6 +11,7 @@ The explanation is always the text the matching command prints.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -472,6 +473,10 @@ def _real_rows(trace: Sequence[Mapping[str, Any]], anomaly: str) -> tuple[list[R
     for i, entry in enumerate(trace):
         lane = _real_lane(entry)
         record = _plain(dict(entry))
+        reply = entry.get("reply")
+        if isinstance(reply, str) and reply.lstrip().startswith(("{", "[")):
+            with contextlib.suppress(ValueError):  # an LLM's JSON answer, made readable
+                record["reply, parsed"] = json.loads(reply)
         if "crash" in entry:
             rows.append(Row(i, lane, _describe(entry), "crash", record=record, mark="a crash"))
             continue
