@@ -6,7 +6,8 @@ of its own. A real witness is re-run on the real code when its environment exist
 record of each gate point: claim, detail, reply), else its saved story is drawn line by line.
 A toki history is drawn from its op records (re-run through its model when the header names
 one, which gives each operation its agent); an Elle/Jepsen history from its transactions.
-The explanation is always the text the matching command prints.
+The explanation is always the text the matching command prints. The readers:
+`toki.show.simulated`, `toki.show.real_witness`, `toki.show.histories`.
 """
 
 from __future__ import annotations
