@@ -242,3 +242,33 @@ def test_an_await_hold_reads_as_the_readme_says() -> None:
     assert (later.kind, later.value) == ("value", "Lisbon")
     (pair,) = mem.open_conflicts(k)  # the held conflict: the accepted version and the claim
     assert v1.id in pair
+
+
+def test_matrix_real_counts_the_real_tasks_in_its_total(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`toki matrix --real` ran for minutes with a counter and no total: the bar's total now
+    includes the real tasks, planned before the run (here 3 model + 2 real tasks)."""
+    import toki.cli.experiments as cli
+    import toki.experiments.matrix as matrix
+
+    def run(*_: Any, on_plan: Any, progress: Any, **__: Any) -> Any:
+        on_plan(3)
+        for _ in range(5):
+            progress(1)
+        raise RuntimeError("stop here: the bar is what this test reads")
+
+    monkeypatch.setattr(matrix, "run_matrix", run)
+    monkeypatch.setattr(cli, "_real_tasks", lambda config, budget: 2)
+    assert main(["matrix", "--real", "--out", str(tmp_path / "m")]) == 4
+    err = capsys.readouterr().err
+    assert "5/5" in err and "5/3" not in err, err
+
+
+def test_a_mistyped_real_budget_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "m"
+    assert main(["matrix", "--real", "--real-budget", "rael", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--real-budget: 'rael' is not a budget" in err and not out.exists()

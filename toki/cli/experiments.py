@@ -33,12 +33,13 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     if args.workers is not None:
         at_least("--workers", args.workers, 1)
     config = _matrix_config(args.config)
+    real_tasks = _real_tasks(config, args.real_budget) if args.real else 0
     existed = args.out is not None and Path(args.out).exists()
     folder = out_dir(args.out, "matrix")
     with progress(args, "matrix", "task") as bar, remove_if_left_empty(folder, existed):
 
-        def on_plan(n: int) -> None:
-            bar.total = n
+        def on_plan(n: int) -> None:  # the model tasks; the real ones run after them
+            bar.total = n + real_tasks
             bar.refresh()
 
         result = run_matrix(
@@ -86,6 +87,20 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
             print(f"note: {note}", file=sys.stderr if note.startswith("real row") else sys.stdout)
         print(f"wrote {', '.join(files)} in {result.seconds:.1f} s")
     return 0
+
+
+def _real_tasks(config: str, budget: str) -> int:
+    """How many real tasks `--real` will run (the progress bar's total includes them): the
+    model's plan for each real system whose environment exists."""
+    from toki.experiments.matrix import load_config, systems_of
+    from toki.experiments.real_matrix import missing_real, plan_real, real_pairs
+
+    cfg = load_config(config)
+    if budget not in cfg["budgets"]:
+        known = ", ".join(sorted(cfg["budgets"]))
+        raise InvalidInput("--real-budget", f"{budget!r} is not a budget of {config}", known)
+    ready, _ = missing_real(real_pairs(systems_of(cfg)))
+    return len(plan_real(cfg, budget, ready))
 
 
 def _matrix_config(given: str | None) -> str:
