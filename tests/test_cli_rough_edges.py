@@ -27,6 +27,22 @@ def _files(tmp: Path) -> dict[str, str]:
         "header": HEADER,
         "belief": HEADER + '{"type": "belief", "at": 1, "key": "a", "value": 1}\n',
         "binary": bytes(range(128, 256)) * 4,
+        # one process writes x=1, writes x=2, then reads x=1 (Elle's cyclic-versions case)
+        "cyclic": "["
+        + ",".join(
+            f'{{"index": {i}, "process": 0, "type": "{t}", "value": [{op}]}}'
+            for i, (t, op) in enumerate(
+                [
+                    ("invoke", '["w", "x", 1]'),
+                    ("ok", '["w", "x", 1]'),
+                    ("invoke", '["w", "x", 2]'),
+                    ("ok", '["w", "x", 2]'),
+                    ("invoke", '["r", "x", null]'),
+                    ("ok", '["r", "x", 1]'),
+                ]
+            )
+        )
+        + "]",
     }
     out = {}
     for name, content in made.items():
@@ -70,6 +86,8 @@ ROWS: list[tuple[list[str], int, str, str]] = [
     (["check", "@gsingle", "--consistency-model", "serialisable"], 2, "err", "serializable?"),
     (["explore", "--witness-dir", "@readme"], 2, "err", "--witness-dir: "),
     (["locomo", "info", "@missing"], 2, "err", "LoCoMo file not found at the given path"),
+    # a key option that contradicts the rest is said to be set aside, not "not used"
+    (["check", "@cyclic", "--linearizable-keys"], 1, "out", "linearizable-keys infers contradicts"),
     # toki show: bad input is one line
     (["show", "@missing"], 2, "err", "no such file"),
     (["show", "@dir"], 2, "err", "is a folder"),
