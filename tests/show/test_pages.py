@@ -386,3 +386,19 @@ def test_a_crash_ends_its_agents_open_transaction_as_aborted() -> None:
     for s in page.spans:
         if s not in ended_by_crash and s.outcome != "open":
             assert by_index[s.last].kind == {"committed": "commit", "aborted": "abort"}[s.outcome]
+
+
+def test_a_steps_record_has_the_judges_answer_and_theta() -> None:
+    """toki-ewm-nolog's N1: the live judge's answer appears in the record of the step that
+    asked, with θ; it is the answer that judge gives that question."""
+    from toki.systems.base import SimJudge
+
+    source = WITNESSES / "toki-ewm-nolog-N1.json"
+    data = json.loads(source.read_text())
+    page = load_page(source)
+    asked = [j for r in page.rows for j in r.record.get("judge", ())]
+    assert asked
+    for j in asked:
+        assert j["θ"] == {"p": data["judge_p"], "seed": data["judge_seed"]}
+        judge = SimJudge(data["judge_p"], data["judge_seed"])
+        assert j["answer"] == judge.pick(j["question"], j["candidates"])

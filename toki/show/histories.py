@@ -238,7 +238,7 @@ def _history_agents(header: Mapping[str, Any]) -> dict[int, int]:
     )
     return {
         op.step: agent
-        for _c, _p, agent, ops in walk(program, header["schedule"])
+        for _c, _p, agent, ops, _j in walk(program, header["schedule"])
         for op in ops
         if agent >= 0
     }

@@ -6,32 +6,65 @@ their agent's crash. For N2, the closest serial state."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from toki.errors import InvalidInput
 from toki.show.common import lanes, plain, short, touches, witness_facts
 from toki.show.page import Page, Row, Span
+from toki.systems.base import SimJudge
 
-__all__ = ["model_witness", "relay_witness", "walk"]
+__all__ = ["RecordingJudge", "Walked", "model_witness", "relay_witness", "walk"]
 
 
-def walk(program: Any, schedule: Sequence[Any]) -> list[tuple[Any, Any, int, list[Any]]]:
-    """Each scheduler choice with its footprint (what DPOR knows it may read and write),
-    the agent it concerns and the store ops it made."""
+class Walked(NamedTuple):
+    """One scheduler choice as re-run: its footprint (what DPOR knows it may read and
+    write), the agent it concerns (-1: a fault), the store ops it made, and the judge's
+    answers it got."""
+
+    choice: Any
+    footprint: Any
+    agent: int
+    ops: list[Any]
+    judged: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingJudge(SimJudge):
+    """A SimJudge (the same answers) that also lists each question, the candidates, the
+    answer and θ (its p and seed): what a step's record shows as the judge's answer."""
+
+    log: list[dict[str, Any]] = field(default_factory=list, compare=False, repr=False)
+
+    def pick(self, question: str, candidates: Sequence[str]) -> str:
+        answer = SimJudge.pick(self, question, candidates)
+        theta = {"p": self.p, "seed": self.seed}
+        entry = {"question": question, "candidates": list(candidates), "answer": answer}
+        self.log.append({**entry, "θ": theta})
+        return answer
+
+
+def walk(
+    program: Any, schedule: Sequence[Any], judge: RecordingJudge | None = None
+) -> list[Walked]:
+    """Re-run `schedule` on `program`, choice by choice; `judge`, the recording judge the
+    program was built with, attributes its answers to the steps that asked."""
     from toki.sim.engine import Execution
 
     ex = Execution(program, track=True)
+    log: list[dict[str, Any]] = judge.log if judge is not None else []
     out = []
     for choice in schedule:
         pid = ex.pid(choice)
         if pid is None:
             raise InvalidInput("schedule", f"choice {choice!r} does not fit the program")
-        before, steps = ex.store.history_len(), len(ex.fps)
+        before, steps, asked = ex.store.history_len(), len(ex.fps), len(log)
         ex.step(pid)
         fp = ex.fps[-1] if len(ex.fps) > steps else None
         agent = pid if pid < ex.n else pid - ex.n if pid < 2 * ex.n else -1
-        out.append((choice, fp, agent, list(ex.store.history()[before:])))
+        ops = list(ex.store.history()[before:])
+        out.append(Walked(choice, fp, agent, ops, list(log[asked:])))
     return out
 
 
@@ -98,7 +131,7 @@ _MARKS = {
 
 
 def _sim_rows(
-    steps: Sequence[tuple[Any, Any, int, list[Any]]],
+    steps: Sequence[Walked],
     anomaly: str,
     keys: Sequence[str],
     level: str,
@@ -110,7 +143,7 @@ def _sim_rows(
     open_txn: dict[int, tuple[str, int]] = {}  # txn -> (lane, first row)
     committed: set[int] = set()
     marks = _MARKS.get(anomaly, {})
-    for i, (choice, fp, agent, ops) in enumerate(steps):
+    for i, (choice, fp, agent, ops, judged) in enumerate(steps):
         lane = f"{lane_word} {agent}" if agent >= 0 else "faults"
         record: dict[str, Any] = {"schedule position": i, "choice": choice}
         if fp is not None:
@@ -154,6 +187,8 @@ def _sim_rows(
                     outcome = "committed" if k == "commit" else "aborted"
                     spans.append(Span(f"T{op.txn}", span_lane, first, i, level, outcome))
             record["operations"] = [_op_record(op) for op in ops]
+            if judged:
+                record["judge"] = judged
             text = "; ".join(texts) if texts else "runs (no store operation: local work or judge)"
             rows.append(Row(i, lane, text, kind, txn, record, why))
     last = len(rows) - 1
@@ -164,21 +199,18 @@ def _sim_rows(
 def model_witness(path: Path) -> Page:
     from toki.check.witness import Witness, explain, read_witness_json, replay_witness
     from toki.isolation import Isolation
-    from toki.systems.base import SimJudge, build_program
+    from toki.systems.base import build_program
     from toki.systems.registry import get_system
 
     data = read_witness_json(path)
     w = Witness.from_json(data)
     system = get_system(w.system)
     run, verdict = replay_witness(w, system)
+    judge = RecordingJudge(w.judge_p, w.judge_seed)
     program = build_program(
-        system,
-        w.workload,
-        level=Isolation(w.isolation),
-        judge=SimJudge(w.judge_p, w.judge_seed),
-        crash_budget=w.crash_budget,
+        system, w.workload, level=Isolation(w.isolation), judge=judge, crash_budget=w.crash_budget
     )
-    rows, spans = _sim_rows(walk(program, w.schedule), w.anomaly, w.keys, w.isolation)
+    rows, spans = _sim_rows(walk(program, w.schedule, judge), w.anomaly, w.keys, w.isolation)
     closest = _closest_serial(w, system, run) if w.anomaly == "N2" else []
     facts = witness_facts(
         data,
@@ -212,7 +244,7 @@ def _closest_serial(w: Any, system: Any, run: Any) -> list[tuple[str, str]]:
     """For N2: the serial order (keeping each agent's own order) whose beliefs differ from
     the observed ones in the fewest fields, its beliefs, and the difference."""
     from toki.check.anomalies import delivered, serial_orders
-    from toki.systems.base import SimJudge, run_serially
+    from toki.systems.base import run_serially
 
     judge = SimJudge(w.judge_p, w.judge_seed)
     keys = list(w.workload.keys)
