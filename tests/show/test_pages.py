@@ -402,3 +402,18 @@ def test_a_steps_record_has_the_judges_answer_and_theta() -> None:
         assert j["θ"] == {"p": data["judge_p"], "seed": data["judge_seed"]}
         judge = SimJudge(data["judge_p"], data["judge_seed"])
         assert j["answer"] == judge.pick(j["question"], j["candidates"])
+
+
+def test_a_witness_that_cannot_be_drawn_keeps_its_json_link(tmp_path: Path) -> None:
+    from toki.show.matrix_page import write_matrix_page
+
+    (tmp_path / "witnesses").mkdir()
+    data = json.loads((WITNESSES / "langgraph-store-N3.json").read_text())
+    (tmp_path / "witnesses" / "x-N3.json").write_text(json.dumps({**data, "system": "nosuch"}))
+    row = {"system": "x", "kind": "model", "version": "", "faults": "none", "anomaly": "N3"}
+    row.update(verdict="admits", rate=0.5, ci_low=0.4, ci_high=0.6, mode="exhaustive")
+    row.update(runs=10, draws=2, witness="witnesses/x-N3.json", reason="")
+    html = write_matrix_page(tmp_path, [row]).read_text()
+    assert 'href="witnesses/x-N3.json"' in html and "witness (JSON)" in html
+    assert "no page for witnesses/x-N3.json" in html
+    assert not (tmp_path / "witnesses" / "x-N3.html").exists()

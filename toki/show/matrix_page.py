@@ -47,30 +47,40 @@ def write_matrix_page(
     """Write matrix.html and a page beside every witness the rows link to; returns the
     matrix page's path."""
     folder = Path(folder)
-    pages = write_witness_pages(folder, rows)
+    pages, problems = write_witness_pages(folder, rows)
     path = folder / "matrix.html"
-    path.write_text(render_matrix(rows, notes, pages, _agreement(folder, rows)), encoding="utf-8")
+    html = render_matrix(rows, [*notes, *problems], pages, _agreement(folder, rows))
+    path.write_text(html, encoding="utf-8")
     return path
 
 
-def write_witness_pages(folder: Path, rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """witness (as in the rows, relative to `folder`) -> its page, relative to `folder`.
-    A witness whose page cannot be drawn keeps its JSON link (and the reason, in a note)."""
+def write_witness_pages(
+    folder: Path, rows: Sequence[Mapping[str, Any]]
+) -> tuple[dict[str, str], list[str]]:
+    """(witness as in the rows -> its page, both relative to `folder`; a note per witness
+    whose page could not be drawn, which keeps its JSON link: a long run is never lost to
+    a page)."""
+    from toki.errors import TokiError
+
     wdir = folder / "witnesses"
     if wdir.is_dir():
         for old in wdir.glob("*.html"):  # a page from an earlier run must not linger
             old.unlink()
     out: dict[str, str] = {}
+    problems: list[str] = []
     for r in rows:
         witness = str(r.get("witness") or "")
         if not witness or witness in out or not (folder / witness).is_file():
             continue
         page = Path(witness).with_suffix(".html")
-        drawn = load_page(folder / witness, replay_real=False)
-        html = render_page(drawn, back="../matrix.html")
-        (folder / page).write_text(html, encoding="utf-8")
+        try:
+            drawn = load_page(folder / witness, replay_real=False)
+        except TokiError as exc:
+            problems.append(f"no page for {witness}: {exc}")
+            continue
+        (folder / page).write_text(render_page(drawn, back="../matrix.html"), encoding="utf-8")
         out[witness] = page.as_posix()
-    return out
+    return out, problems
 
 
 def _agreement(folder: Path, rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], Any]:
