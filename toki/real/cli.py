@@ -219,7 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     lst.set_defaults(handler=_cmd_list)
 
     st = sub.add_parser("setup", help="create a system's environment from its lock file")
-    st.add_argument("system", help="a system name, or 'all' (every system with a lock file)")
+    st.add_argument(
+        "system",
+        help="a system name, a locked library (letta, cognee), or 'all' (every system "
+        "with an adapter and a lock file)",
+    )
     st.add_argument("--force", action="store_true", help="recreate even if cached")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.set_defaults(handler=_cmd_setup)
