@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import z3
 
+from toki.formal import witness
 from toki.formal.encoding import History, Variant
 from toki.formal.prover import refute
 from toki.formal.result import ProofResult, Status
@@ -46,6 +47,5 @@ def isolation(
         describe=h.describe,
         false_variant_of=false_variant_of,
         notes=notes,
-        nontrivial=h.nontrivial(),
-        summarize=h.witness_summary,
+        witness=lambda premises: witness.find(h, premises),
     )

@@ -31,7 +31,7 @@ from typing import Any
 from toki.formal.encoding import OPERATORS, History, Variant
 from toki.formal.prover import refute
 from toki.formal.result import ProofResult, Status
-from toki.formal.simulate import Claim, Spec, Txn, explore, replay
+from toki.formal.simulate import Claim, Spec, Txn, check, explore
 from toki.isolation import Isolation
 
 __all__ = ["PROVED", "dpor_checks", "main", "replays", "targeted_counterexamples"]
@@ -160,44 +160,9 @@ def targeted_counterexamples(variants: Sequence[ProofResult]) -> list[tuple[str,
 
 
 def replays(scenarios: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Each scenario replayed: do reads, writes, ends and anomalies agree?"""
-    out = []
-    for name, sc in scenarios:
-        row: dict[str, Any] = {"name": name, "z3": sc["anomalies"]}
-        try:
-            sim = replay(sc)
-        except AssertionError as exc:
-            row.update(sim=None, agree=False, error=str(exc))
-            out.append(row)
-            continue
-        mismatches = []
-        for step in sc["schedule"]:
-            seen = sim.seen[step["txn"]]
-            if step["op"] == "read":
-                for key, mine in (
-                    ("head", "head_read"),
-                    ("totals", "totals"),
-                    ("policy", "policy"),
-                    ("claims", "claims"),
-                    ("best", "best"),
-                ):
-                    if key in step and step[key] != seen.get(mine):
-                        mismatches.append(
-                            f"{step['txn']} read {key}: z3 {step[key]}, sim {seen.get(mine)}"
-                        )
-            if step["op"] == "write" and not seen["refused"]:
-                for key in ("takes_head", "audit", "held"):
-                    if step[key] != seen[key]:
-                        mismatches.append(
-                            f"{step['txn']} write {key}: z3 {step[key]}, sim {seen[key]}"
-                        )
-        row.update(
-            sim=sim.anomalies,
-            mismatches=mismatches,
-            agree=not mismatches and sim.anomalies == sc["anomalies"],
-        )
-        out.append(row)
-    return out
+    """Each scenario replayed: do reads, writes (head_seen included), ends and anomalies
+    agree?"""
+    return [{"name": name, **check(sc)} for name, sc in scenarios]
 
 
 def run(k: int | None = None) -> dict[str, Any]:

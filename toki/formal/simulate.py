@@ -48,7 +48,27 @@ from toki.sim.program import (
 )
 from toki.sim.store import OpKind
 
-__all__ = ["Claim", "Outcome", "ReplayError", "Spec", "Txn", "anomalies", "explore", "replay"]
+__all__ = [
+    "Claim",
+    "Outcome",
+    "ReplayError",
+    "Spec",
+    "Txn",
+    "anomalies",
+    "check",
+    "explore",
+    "mismatches",
+    "replay",
+]
+
+READ_FIELDS = (
+    ("head", "head_read"),
+    ("totals", "totals"),
+    ("policy", "policy"),
+    ("claims", "claims"),
+    ("best", "best"),
+)
+WRITE_FIELDS = ("update", "takes_head", "audit", "held")
 
 HEAD: tuple[str] = ("head",)
 POL: tuple[str] = ("pol",)
@@ -191,12 +211,18 @@ def _agent(spec: Spec, t: Txn) -> Agent:
         seen["claims"] = sorted(claims)
     yield Local("write")
     took, held, audit = False, False, None
+    seen["update"] = False
     if not failed:
         replaced: list[Any] = []
 
         def update(pred: Any, new: dict[str, Any]) -> Any:
+            seen["update"] = True
+
             def where(k: Hashable, row: Any) -> bool:
-                return k == HEAD and bool(pred(row))
+                if k != HEAD:
+                    return False
+                seen["head_seen"] = (row or EMPTY)["claim"]  # the last row it evaluated
+                return bool(pred(row))
 
             def fn(k: Hashable, row: Any) -> Any:
                 replaced.append(row)
@@ -393,6 +419,47 @@ def replay(scenario: Mapping[str, Any]) -> Outcome:
         if seen[t.name]["committed"] != t.commit:
             raise ReplayError(f"{t.name}: z3 says commit={t.commit}, the simulator disagrees")
     return replace(out, seen=seen)
+
+
+def mismatches(scenario: Mapping[str, Any], out: Outcome) -> list[str]:
+    """Every field z3 chose that the simulator's run does not show: what each read saw
+    (head, totals, policy, the claims and the best the policy transaction saw), whether the
+    conditional update ran and the head it saw (`head_seen`), what each write did. A
+    transaction the store refused is only ever one z3 aborts too: its writes are not
+    compared."""
+    out_list = []
+    for step in scenario["schedule"]:
+        seen = out.seen[step["txn"]]
+        if step["op"] == "read":
+            for key, mine in READ_FIELDS:
+                if key in step and step[key] != seen.get(mine):
+                    out_list.append(
+                        f"{step['txn']} read {key}: z3 {step[key]}, sim {seen.get(mine)}"
+                    )
+        if step["op"] == "write" and not seen["refused"]:
+            keys = [k for k in WRITE_FIELDS if k in step]
+            if step.get("update") and seen.get("update"):
+                keys.append("head_seen")
+            for key in keys:
+                if step[key] != seen.get(key):
+                    out_list.append(
+                        f"{step['txn']} write {key}: z3 {step[key]}, sim {seen.get(key)}"
+                    )
+    return out_list
+
+
+def check(scenario: Mapping[str, Any]) -> dict[str, Any]:
+    """`scenario` replayed event for event and compared field by field: {"agree", "sim",
+    "mismatches"} (or "error" when the schedule cannot run in the simulator)."""
+    row: dict[str, Any] = {"z3": scenario.get("anomalies")}
+    try:
+        sim = replay(scenario)
+    except AssertionError as exc:
+        row.update(sim=None, agree=False, error=str(exc))
+        return row
+    bad = mismatches(scenario, sim)
+    row.update(sim=sim.anomalies, mismatches=bad, agree=not bad and sim.anomalies == row["z3"])
+    return row
 
 
 def explore(
