@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from toki.errors import InvalidInput
 from toki.formal.result import ProofResult
 
 __all__ = ["MODULES", "main", "run_all", "write_results"]
@@ -52,9 +53,14 @@ def run_all(
     """Every statement (or the one named `only`), each followed by its false variants; `k`
     (when given) is the bound of the statements in BOUNDED_BY_K."""
     if only is not None and only not in MODULES:
-        raise SystemExit(f"toki prove: unknown proof {only!r} (one of: {', '.join(MODULES)})")
-    if k is not None and k < 1:
-        raise SystemExit(f"toki prove: --k {k}: need at least one claim transaction")
+        raise InvalidInput("--only", f"unknown proof {only!r}", f"one of: {', '.join(MODULES)}")
+    if k is not None and k < 2:
+        raise InvalidInput(
+            "--k",
+            f"{k} cannot express a bounded statement: each is about concurrent claim "
+            "transactions, and a premise witness needs two of them",
+            "use --k 2 or more",
+        )
     results: list[ProofResult] = []
     for name in MODULES if only is None else (only,):
         mod = importlib.import_module(f"proofs.{name}")

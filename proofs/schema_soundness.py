@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from proofs._isolation import about
 from toki.formal import witness as premise
 from toki.formal.encoding import OPERATORS, History, Variant
 from toki.formal.prover import refute
@@ -51,7 +52,12 @@ def _check(name: str, variant: Variant, expected: Status, k: int, of: str | None
             "exists": all(w and w["exists"] for w in witnesses.values()),
             "per_operator": witnesses,
         }
-    return replace(last, seconds=time.perf_counter() - start, premise_witness=witness)
+    return replace(
+        last,
+        seconds=time.perf_counter() - start,
+        premise_witness=witness,
+        extra=about(OPERATORS, k),
+    )
 
 
 def prove(k: int = K) -> ProofResult:

@@ -72,6 +72,10 @@ def test_a_doctored_counterexample_is_caught() -> None:
     read = next(s for s in misread["schedule"] if s["op"] == "read" and s["head"] is not None)
     read["head"] = None
     assert not _agree("misread", misread)["agree"]
+    seen = copy.deepcopy(base)  # the head the conditional update saw is compared too
+    write = next(s for s in seen["schedule"] if s["op"] == "write" and s["update"])
+    write["head_seen"] = "T9"
+    assert not _agree("head_seen", seen)["agree"]
     sc = next(r for r in VARIANTS if r.name == "isolation_lww@read_uncommitted").scenario
     forced = copy.deepcopy(sc)
     for step in forced["schedule"]:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from toki.formal.encoding import History
 
 __all__ = [
+    "SER_AXIOM",
     "conflict",
     "cyclic",
     "edges",
@@ -35,6 +36,16 @@ __all__ = [
 ]
 
 
+SER_AXIOM = (
+    "some serial order: the committed transactions' dependency graph (ww, wr, rw) is acyclic "
+    "(Adya PL-3, as PostgreSQL's SSI guarantees), not the commit order"
+)
+
+DISTINCT_ROWS = frozenset({"claims"})
+"""Resources that stand for one row per writer (the claim rows the policy transaction
+selects): read together, never written by two transactions (no ww edge)."""
+
+
 def edges(h: History) -> dict[tuple[int, int], z3.BoolRef]:
     """(j, i) → "j must precede i in every serial order" (ww, wr or rw, both committed)."""
     live = h.live
@@ -42,7 +53,9 @@ def edges(h: History) -> dict[tuple[int, int], z3.BoolRef]:
     conds: dict[tuple[int, int], list[z3.BoolRef]] = {
         p: [] for p in itertools.permutations(h.txns, 2)
     }
-    for ws in writers.values():
+    for res, ws in writers.items():
+        if res in DISTINCT_ROWS:
+            continue
         for j, i in itertools.permutations(ws, 2):
             conds[(j, i)].append(z3.And(ws[j], ws[i], h.end(j) < h.end(i)))
     for i in h.txns:
@@ -94,7 +107,7 @@ def conflict(h: History, i: int, j: int) -> z3.BoolRef:
         for a, b in ((i, j), (j, i)):
             if a not in ws:
                 continue
-            other = [ws[b]] if b in ws else []
+            other = [ws[b]] if b in ws and res not in DISTINCT_ROWS else []
             if res in reads[b]:
                 other.append(z3.BoolVal(True))
             if other:
