@@ -93,4 +93,6 @@ def _one(
         notes=notes,
         witness=lambda premises: witness.find(h, premises),
     )
+    if expected is not Status.PROVED:
+        return result  # a false variant: the statement it varies carries the verdicts
     return replace(result, extra=about((operator,), k))

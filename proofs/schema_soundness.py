@@ -56,7 +56,7 @@ def _check(name: str, variant: Variant, expected: Status, k: int, of: str | None
         last,
         seconds=time.perf_counter() - start,
         premise_witness=witness,
-        extra=about(OPERATORS, k),
+        extra=about(OPERATORS, k) if expected is Status.PROVED else {},
     )
 
 

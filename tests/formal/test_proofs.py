@@ -268,3 +268,19 @@ def test_out_writes_where_asked_and_nothing_by_default(tmp_path: Any) -> None:
     data = json.loads((tmp_path / "o" / "results.json").read_text())
     assert [d["name"] for d in data] == ["lift_ewm_monoid", "lift_ewm_monoid@overwrite"]
     assert (tmp_path / "o" / "RESULTS.md").exists()
+
+
+def test_paper_macros_are_generated_from_the_results() -> None:
+    from pathlib import Path
+
+    from proofs import macros
+
+    here = Path(__file__).resolve().parents[2] / "proofs"
+    data = [
+        json.loads((here / f).read_text())
+        for f in ("results.json", "agreement.json", "mutants.json")
+    ]
+    values = macros.macros(*data)
+    assert values["tokiKIsolationEwm"] == str(data[0][4]["bounds"]["k"])
+    assert values["tokiRobustLwwSI"] == "robust"
+    assert (here / "macros.tex").read_text() == macros.render(values)

@@ -133,7 +133,9 @@ def static_structure(op: str, level: Isolation) -> tuple[str, dict[str, Any] | N
     m = s.model()
 
     def show(x: Sym) -> dict[str, Any]:
-        ev = lambda e: m.eval(e, model_completion=True)  # noqa: E731
+        def ev(e: z3.ExprRef) -> Any:
+            return m.eval(e, model_completion=True)
+
         return {
             "policy": z3.is_true(ev(x.policy)),
             "value": ev(x.value).as_long(),
