@@ -11,6 +11,11 @@ Proved statements → DPOR: the same transactions (concrete claims chosen to con
 transaction committing, or the last one aborting) explored by DPOR to completion (`finished`)
 at the statement's level; no run may show the anomalies the statement excludes.
 
+Two-way, per pinned workload (`toki.formal.twoway`): for 564 concrete workloads (every
+operator at RU, RC, SI and SER; claims drawn with a fixed seed; every end pattern), z3 with
+everything pinned and DPOR run to completion must give the same anomaly sets, and every z3
+model must replay with every field agreeing.
+
 `python -m proofs.agreement --out proofs --docs docs/proofs.md` writes proofs/agreement.json and
 the generated counts block of docs/proofs.md (scripts/reproduce.py runs it).
 """

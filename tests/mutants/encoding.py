@@ -35,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 ENC = "toki/formal/encoding.py"
 DSG = "toki/formal/dsg.py"
+SERIAL = "toki/formal/serial.py"
 RESULTS = ROOT / "proofs" / "mutants.json"
 BOUNDED = (
     "isolation_lww",
@@ -301,9 +302,9 @@ MUTANTS: tuple[EncodingMutant, ...] = (
         "lww-serial-outcome-is-the-oldest",
         "LWW's serial outcome is the oldest committed claim",
         (
-            ENC,
-            "                        z3.Implies(self.com(m), lex_gt(self.stamp(j), self.stamp(m)))",
-            "                        z3.Implies(self.com(m), lex_gt(self.stamp(m), self.stamp(j)))",
+            SERIAL,
+            "z3.Implies(h.com(m), lex_gt(h.stamp(j), h.stamp(m)))",
+            "z3.Implies(h.com(m), lex_gt(h.stamp(m), h.stamp(j)))",
         ),
     ),
     _m(
@@ -328,9 +329,9 @@ MUTANTS: tuple[EncodingMutant, ...] = (
         "await-serial-outcome-fixed",
         "AWAIT's serial outcome is always value 0",
         (
-            ENC,
-            "            return outs + [(self.com(j), [self.val(j) == v for v in V], None) for j in C]",
-            "            return outs + [(self.com(j), [z3.BoolVal(v == 0) for v in V], None) for j in C]",
+            SERIAL,
+            "        return outs + [(h.com(j), [h.val(j) == v for v in V], None) for j in C]",
+            "        return outs + [(h.com(j), [z3.BoolVal(v == 0) for v in V], None) for j in C]",
         ),
     ),
 )

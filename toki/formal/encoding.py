@@ -487,97 +487,13 @@ class History:
             for j, c in cw.items()
         ]
 
-    # -- serial outcomes ---------------------------------------------------------------
+    # -- serial outcomes (toki/formal/serial.py) -------------------------------------
 
     def serial_beliefs(self) -> list[Serial]:
-        """Every belief a serial execution of the committed transactions can end in, each
-        with the condition under which that execution exists.
+        """Every belief a serial execution of the committed transactions can end in."""
+        from toki.formal.serial import serial_beliefs
 
-        LWW: the newest committed claim (max is a join: order-free, proofs/lift_*). EWM: the
-        value with the largest summed evidence, ties to the newest (sums commute). AWAIT:
-        the first claim stays (any committed claim can be first). RULE with a policy
-        change: one fold per order, (k+1)! of them."""
-        V = range(self.values)
-        C = self.claims
-        if self.op == "LWW":
-            best = [
-                z3.And(
-                    self.com(j),
-                    *[
-                        z3.Implies(self.com(m), lex_gt(self.stamp(j), self.stamp(m)))
-                        for m in C
-                        if m != j
-                    ],
-                )
-                for j in C
-            ]
-            belief = [z3.Or(*[z3.And(best[j], self.val(j) == v) for j in C]) for v in V]
-            return [(z3.BoolVal(True), belief, None)]
-        if self.op == "EWM":
-            sums = [
-                z3.Sum(
-                    *[z3.If(z3.And(self.com(j), self.val(j) == v), self.weight(j), 0) for j in C]
-                )
-                for v in V
-            ]
-            belief = []
-            for v in V:
-                wins = [
-                    z3.Or(sums[v] > sums[u], z3.And(sums[v] == sums[u], self._newer(v, u)))
-                    for u in V
-                    if u != v
-                ]
-                belief.append(z3.And(sums[v] > 0, *wins))
-            return [(z3.BoolVal(True), belief, sums)]
-        if self.op == "AWAIT":
-            none = z3.Not(z3.Or(*[self.com(j) for j in C]))
-            outs: list[Serial] = [(none, [z3.BoolVal(False) for _ in V], None)]
-            return outs + [(self.com(j), [self.val(j) == v for v in V], None) for j in C]
-        orders = itertools.permutations(self.txns)
-        return [(z3.BoolVal(True), self._rule_fold(order), None) for order in orders]
-
-    def _newer(self, v: int, u: int) -> z3.BoolRef:
-        """v's newest committed evidence is newer than u's (u may have none)."""
-        return z3.Or(
-            *[
-                z3.And(
-                    self.com(c),
-                    self.val(c) == v,
-                    *[
-                        z3.Implies(
-                            z3.And(self.com(d), self.val(d) == u),
-                            lex_gt(self.stamp(c), self.stamp(d)),
-                        )
-                        for d in self.claims
-                        if d != c
-                    ],
-                )
-                for c in self.claims
-            ]
-        )
-
-    def _rule_fold(self, order: Sequence[int]) -> list[z3.BoolRef]:
-        """RULE run serially in `order` (aborted transactions skipped): the head's claim."""
-        head: z3.ArithRef = z3.IntVal(NONE)
-        pol: z3.BoolRef = z3.BoolVal(False)
-        applied: list[int] = []
-        for i in order:
-            c = self.com(i)
-            if i == self.P:
-                best: z3.ArithRef = z3.IntVal(NONE)
-                for a in applied:
-                    better = z3.And(
-                        self.com(a),
-                        z3.Or(best == NONE, lex_gt(self._rank(a, True), self._rank(best, True))),
-                    )
-                    best = z3.If(better, z3.IntVal(a), best)
-                head = z3.If(z3.And(c, best != NONE), best, head)
-                pol = z3.Or(pol, c)
-                continue
-            take = z3.Or(head == NONE, lex_gt(self._rank(i, pol), self._rank(head, pol)))
-            head = z3.If(z3.And(c, take), z3.IntVal(i), head)
-            applied.append(i)
-        return [z3.And(head != NONE, self.val(head) == v) for v in range(self.values)]
+        return serial_beliefs(self)
 
     # -- anomalies ---------------------------------------------------------------------
 
