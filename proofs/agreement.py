@@ -318,6 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = run()
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
+        rows = data["two_way"].pop("rows")  # one line per workload, beside the summary
+        (args.out / "agreement_workloads.jsonl").write_text(
+            "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+        )
         (args.out / "agreement.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     if args.docs is not None:
         write_docs(args.docs, data)

@@ -230,3 +230,5 @@ def test_the_pinned_workloads_are_at_least_500() -> None:
     data = json.loads((ROOT / "proofs" / "agreement.json").read_text())
     t = data["two_way"]["summary"]
     assert t["workloads"] == len(specs) and t["disagreements"] == 0
+    rows = (ROOT / "proofs" / "agreement_workloads.jsonl").read_text().splitlines()
+    assert len(rows) == len(specs) and all(json.loads(r)["agree"] for r in rows)

@@ -25,7 +25,7 @@ from toki.formal.simulate import check
 
 __all__ = ["TRIES", "find", "replayable", "schedule_line"]
 
-TRIES = 6
+TRIES = 12
 TIMEOUT_MS = 60_000
 
 
