@@ -126,6 +126,19 @@ def _pair(w: dict[str, Any]) -> str:
     )
 
 
+def robustness_lines(results: Sequence[ProofResult]) -> list[str]:
+    """One line per operator: its robustness verdict at RC, SI and SER (every k)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for r in results:
+        for op, levels in r.extra.get("robustness", {}).items():
+            seen.setdefault(op, levels)
+    return [
+        f"robustness {op} (every k): "
+        + ", ".join(f"{lvl} {v['verdict']}" for lvl, v in levels.items())
+        for op, levels in seen.items()
+    ]
+
+
 def robustness_table(results: Sequence[ProofResult]) -> list[str]:
     """The robustness verdicts the results carry, one row per operator."""
     seen: dict[str, dict[str, Any]] = {}
@@ -229,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write("\n")
     else:
         print(table(results))
+        for line in robustness_lines(results):
+            print(line)
         print(f"total {total:.2f} s")
     return 0 if all(r.ok for r in results) else 1
 
