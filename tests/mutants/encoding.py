@@ -9,7 +9,7 @@ in a fresh interpreter whose path puts that copy first:
    with no counterexample, a premise witness the simulator cannot replay) kills it;
 2. otherwise the two-way agreement on a fixed sample of pinned workloads
    (`toki.formal.twoway.compare`: z3 vs DPOR anomaly sets, every z3 model replayed field by
-   field, the lock probe): any disagreement kills it;
+   field, the interleaving probes): any disagreement kills it;
 3. otherwise it survived.
 
 `python -m tests.mutants.encoding` runs every mutant and writes proofs/mutants.json (the
@@ -217,6 +217,11 @@ MUTANTS: tuple[EncodingMutant, ...] = (
         ),
     ),
     _m(
+        "stamp-ignores-recorded-at",
+        "claims compared by id only (recorded_at ignored)",
+        (ENC, "        return [self.recorded(i), self.vid(i)]", "        return [self.vid(i)]"),
+    ),
+    _m(
         "ewm-forgets-own-weight",
         "EWM compares the total it read, without its own weight",
         (
@@ -396,8 +401,9 @@ def judge_here() -> dict[str, Any]:
         row = compare(spec, budget=5_000)
         if not row["agree"]:
             what = row["mismatches"][:1] or [f"z3 {row['z3']} vs DPOR {row['sim']}"]
-            if not row["lock_probe"]["ok"]:
-                what = [f"lock probe: {row['lock_probe']['rejected']}"]
+            failed = [n for n, p in row["probes"].items() if not p["ok"]]
+            if failed:
+                what = [f"{failed[0]} probe: {row['probes'][failed[0]]['rejected']}"]
             elif row["z3_not_replayed"]:
                 what = [f"z3 sets with no replayable model: {row['z3_not_replayed']}"]
             return {

@@ -2,15 +2,16 @@
 schedule for schedule.
 
 Each transaction of a z3 history (`toki.formal.encoding`) becomes an agent on `SimStore`
-running the same four phases: begin (BEGIN and, at SNAPSHOT, a first statement, which fixes
-the snapshot as PostgreSQL does), read (plain reads of the head, EWM's evidence
-rows, RULE's policy row; the policy transaction selects the claims), write (one conditional
-UPDATE of the head, evaluated and re-checked by the store; EWM's evidence row; the audit or
-held row) and end (COMMIT or ROLLBACK). Rows: ("head",) the head row, ("ev", v) EWM's
-evidence, ("pol",) RULE's policy, ("aud", writer, claim) audit rows, ("held", claim) held
-rows, ("txn", name) the first statement at SNAPSHOT (so the snapshot is taken at z3's
-begin). Every row written carries "by": the writer's name, which names the transaction in
-the store's history (for the commit order).
+running the same four phases: begin (BEGIN and a first statement, which fixes the snapshot at
+z3's begin as PostgreSQL does: at SNAPSHOT a write of a row of its own, at SERIALIZABLE the
+plain read of the head), read (plain reads of the head, EWM's evidence rows, RULE's policy
+row; the policy transaction selects the claims), write (one conditional UPDATE of the head,
+evaluated and re-checked by the store; EWM's evidence row; the audit or held row) and end
+(COMMIT or ROLLBACK). Rows: ("head",)
+the head row, ("ev", v) EWM's evidence, ("pol",) RULE's policy, ("aud", writer, claim) audit
+rows, ("held", claim) held rows, ("txn", name) SNAPSHOT's first statement. Every row written
+carries "by": the writer's name, which names the transaction in the store's history (for
+the commit order).
 
 `replay` runs a counterexample's schedule event for event (it fails if a step would block
 or the store refuses what z3 committed) and reports what every read saw and what the
@@ -180,11 +181,18 @@ def _agent(spec: Spec, t: Txn) -> Agent:
         return failed
 
     yield Begin()
-    if spec.level is Isolation.SNAPSHOT:  # a first statement: the snapshot is z3's, at begin
+    # at SNAPSHOT and SERIALIZABLE the first statement takes the snapshot, which z3 takes at
+    # begin: SNAPSHOT writes a row of its own there; SERIALIZABLE reads the head there (the
+    # same snapshot it would read at r, with no extra step for DPOR to interleave)
+    hp: Any = None
+    if spec.level is Isolation.SNAPSHOT:
         bad((yield Write(("txn", me), {"by": me})))
+    elif spec.level is Isolation.SERIALIZABLE:
+        hp = yield Read(HEAD)
     yield Local("read")
     mine = t.claim.row(me) if t.claim is not None else None
-    hp: Any = yield Read(HEAD)
+    if spec.level is not Isolation.SERIALIZABLE:
+        hp = yield Read(HEAD)
     bad(hp)
     hp = hp if isinstance(hp, dict) else dict(EMPTY)
     seen["head_read"] = hp["claim"]
