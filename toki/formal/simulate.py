@@ -169,6 +169,18 @@ def _rank(row: Mapping[str, Any], pol: bool, operator: str) -> tuple[int, ...]:
     return (1 if row["source"] == (1 if pol else 0) else 0, *stamp)
 
 
+def _head_seen(level: Isolation, replaced: Sequence[Any], evaluated: Sequence[Any]) -> Any:
+    """The head the conditional update decided on, read right after it ran (the predicate
+    is called again later by SSI's bookkeeping, on other versions): the row it updated
+    (READ COMMITTED's re-check picks the newest), else the row its scan saw: the snapshot's
+    (the first call at SNAPSHOT and SERIALIZABLE, where SSI's calls follow) or the newest
+    (the last call at READ UNCOMMITTED and READ COMMITTED)."""
+    if replaced:
+        return replaced[-1]["claim"]
+    snapshot = level in (Isolation.SNAPSHOT, Isolation.SERIALIZABLE)
+    return (evaluated[0] if snapshot else evaluated[-1])["claim"]
+
+
 def _agent(spec: Spec, t: Txn) -> Agent:
     """One transaction of the encoded write path; returns what it read and did."""
     op, me = spec.operator, t.name
@@ -222,6 +234,7 @@ def _agent(spec: Spec, t: Txn) -> Agent:
     seen["update"] = False
     if not failed:
         replaced: list[Any] = []
+        evaluated: list[Any] = []  # every head row the predicate was called on
 
         def update(pred: Any, new: dict[str, Any]) -> Any:
             seen["update"] = True
@@ -229,7 +242,7 @@ def _agent(spec: Spec, t: Txn) -> Agent:
             def where(k: Hashable, row: Any) -> bool:
                 if k != HEAD:
                     return False
-                seen["head_seen"] = (row or EMPTY)["claim"]  # the last row it evaluated
+                evaluated.append(row or EMPTY)
                 return bool(pred(row))
 
             def fn(k: Hashable, row: Any) -> Any:
@@ -282,6 +295,8 @@ def _agent(spec: Spec, t: Txn) -> Agent:
                 if wins and not failed:
                     res = yield update(lambda r: r["claim"] is None or r["value"] != c.value, mine)
                     took = bool(res) and not bad(res)
+        if seen["update"] and evaluated:
+            seen["head_seen"] = _head_seen(spec.level, replaced, evaluated)
         if replaced:
             locked = spec.flag("audit_from_write") and spec.flag("locked_decision")
             gone = replaced[-1] if locked else hp
