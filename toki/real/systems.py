@@ -68,6 +68,23 @@ SYSTEMS: dict[str, RealSystem] = {
             "and entity linking are inert, so the entity store stays empty",
         ),
     ),
+    "mem0-1.0.5": RealSystem(
+        name="mem0-1.0.5",
+        title="mem0ai 1.0.5 (LLM judge), FAISS + SQLite history: the version before the "
+        "fixes of delete_all's collection reset and of FAISS delete (corpus scenarios)",
+        library="mem0ai",
+        version="1.0.5",
+        module="mem0",
+        adapter="mem0",
+        host=Mem0Host(1),
+        lock="mem0-1.0.5.txt",
+        env=_MEM0_ENV,
+        model="mem0-1.0.11",
+        intercepted=_MEM0_GATES,
+        simplified=(
+            "as mem0-1.0.11 (the same adapter and stubs); kept for the reports it reproduces",
+        ),
+    ),
     "toki-memory": RealSystem(
         name="toki-memory",
         title="toki Memory, in-process store shared by the agents' threads (EWM + judge)",
