@@ -250,7 +250,9 @@ def serial_duplicates(serial: SerialCache) -> list[set[str] | None]:
     """The duplicated (scope, text) pairs of each serial run of the workload's steps, in
     every order that keeps each agent's own (what `duplicate` compares with). Memoised in
     the serial cache (under a key of its own) across the runs of one exploration."""
-    orders = serial_orders(serial.workload.inboxes, SERIAL_LIMIT)
+    expand = getattr(serial.workload, "serial_inboxes", None)  # an OpProgram's batch steps
+    inboxes = serial.workload.inboxes if expand is None else expand()
+    orders = serial_orders(inboxes, SERIAL_LIMIT)
     if orders is None:
         return [None]
     out: list[set[str] | None] = []

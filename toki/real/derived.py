@@ -131,8 +131,8 @@ def lost_update(observation: Mapping[str, Any]) -> Verdict:
     assert view is not None
     responses = [r for r in _write_responses(view["steps"]) if r["event"] == "UPDATE"]
     with_basis = [r for r in responses if r["basis"] is not None]
-    if not with_basis:
-        return _abstain(name, "no update reported the version it was decided on")
+    if responses and not with_basis:
+        return _abstain(name, "no update reported the version (basis) it was decided on")
     problems = []
     for rid, rows in sorted(view["versions"].items()):
         for i, row in enumerate(rows):

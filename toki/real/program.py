@@ -22,7 +22,7 @@ from typing import Any
 
 from toki.errors import InvalidInput
 
-__all__ = ["OPS", "READS", "SCOPE_ARGS", "OpProgram", "OpStep", "program_from_json"]
+__all__ = ["EXPANDS", "OPS", "READS", "SCOPE_ARGS", "OpProgram", "OpStep", "program_from_json"]
 
 # each system's operations and the arguments each takes (required, optional)
 OPS: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
@@ -36,8 +36,19 @@ OPS: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
         "search": (("query",), ("user_id", "agent_id", "run_id")),
         "history": (("memory_id",), ()),
     },
+    "graphiti": {
+        "add_episode": (("text",), ("group_id", "day")),
+        "add_episode_bulk": (("texts",), ("group_id", "day")),
+        "remove_episode": (("episode_id",), ()),
+        "search": (("query",), ("group_id", "group_ids")),
+        "get_edges": ((), ("group_id",)),
+    },
 }
-READS = frozenset({"get", "get_all", "search", "history"})
+READS = frozenset({"get", "get_all", "search", "history", "get_edges"})
+# a batch operation and the single one it is documented to equal, one item at a time: the
+# serial runs `duplicate` compares with run the batch's items one by one
+# (family, batch op) -> (single op, list argument, item argument)
+EXPANDS = {("graphiti", "add_episode_bulk"): ("add_episode", "texts", "text")}
 SCOPE_ARGS = ("user_id", "agent_id", "run_id", "group_id")
 _REF = re.compile(r"^\$([A-Za-z_][\w.]*?)(?:\.(\d+))?$")
 
@@ -67,7 +78,10 @@ class OpStep:
         return self.op
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"op": self.op, **dict(self.args)}
+        out: dict[str, Any] = {
+            "op": self.op,
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in self.args},
+        }
         if self.bind is not None:
             out["bind"] = self.bind
         return out
@@ -77,8 +91,15 @@ class OpStep:
         if not isinstance(data, Mapping) or not isinstance(data.get("op"), str):
             raise InvalidInput("step", f"{data!r} is not a step", 'write {{ op = "add", ... }}')
         bind = data.get("bind")
-        args = tuple(sorted((str(k), v) for k, v in data.items() if k not in ("op", "bind")))
+        args = tuple(
+            sorted((str(k), _frozen(v)) for k, v in data.items() if k not in ("op", "bind"))
+        )
         return cls(str(data["op"]), args, None if bind is None else str(bind))
+
+
+def _frozen(value: Any) -> Any:
+    """A list argument (Graphiti's bulk texts) as a tuple: steps are hashable values."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _qualify(step: OpStep, agent: int) -> OpStep:
@@ -151,6 +172,24 @@ class OpProgram:
         if not inboxes or not any(inboxes):
             raise InvalidInput("scenario", f"{name}: no steps", "give [[agents]] with steps")
         return cls(name, family, tuple(inboxes))
+
+    def serial_inboxes(self) -> tuple[tuple[OpStep, ...], ...]:
+        """The inboxes with each batch step replaced by its items one at a time (`EXPANDS`):
+        what a serial execution of the same requests is."""
+        out = []
+        for inbox in self.inboxes:
+            steps: list[OpStep] = []
+            for step in inbox:
+                single = EXPANDS.get((self.family, step.op))
+                if single is None:
+                    steps.append(step)
+                    continue
+                op, many, one = single
+                rest = tuple((k, v) for k, v in step.args if k != many)
+                for item in step.arg(many) or ():
+                    steps.append(OpStep(op, tuple(sorted((*rest, (one, item))))))
+            out.append(tuple(steps))
+        return tuple(out)
 
     @property
     def claims(self) -> tuple[OpStep, ...]:

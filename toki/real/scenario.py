@@ -35,7 +35,10 @@ from toki.systems.base import SimJudge
 __all__ = ["SCENARIOS_DIR", "Scenario", "load_scenario", "load_scenarios", "run_scenario"]
 
 SCENARIOS_DIR = Path(__file__).parent / "scenarios"
-_FAMILIES = {"mem0": "mem0"}  # worker adapter -> program family (toki/real/program.py)
+_FAMILIES = {
+    "mem0": "mem0",
+    "graphiti": "graphiti",
+}  # worker adapter -> program family (toki/real/program.py)
 
 
 @dataclass(frozen=True, slots=True)
