@@ -298,7 +298,15 @@ def _scope_of(steps: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
 
 
 def _within(scope: Mapping[str, str], asked: Mapping[str, str]) -> bool:
-    return all(scope.get(k) == v for k, v in asked.items())
+    """The record's scope is the one asked for; a namespace (LangGraph's store) also covers
+    its descendants, segment by segment ("a/b" covers "a/b/c", not "a/bc")."""
+    for k, v in asked.items():
+        got = scope.get(k)
+        if k == "namespace" and got is not None and (not v or got.startswith(v + "/")):
+            continue
+        if got != v:
+            return False
+    return True
 
 
 def scope_leak(observation: Mapping[str, Any]) -> Verdict:
@@ -307,11 +315,12 @@ def scope_leak(observation: Mapping[str, Any]) -> Verdict:
     S' vanished with no delete of its own (no DELETE row) while only calls scoped to other
     scopes deleted anything."""
     name = "scope-leak"
-    view, no = _need(name, observation, "steps", "records", "versions")
+    view, no = _need(name, observation, "steps", "records")
     if no is not None:
         return no
     assert view is not None
     steps = view["steps"]
+    versions = view.get("versions")
     written = _scope_of(steps)
     problems: list[dict[str, Any]] = []
     reads = 0
@@ -330,7 +339,9 @@ def scope_leak(observation: Mapping[str, Any]) -> Verdict:
     live = {str(r.get("id")) for r in view["records"]}
     deleters = [s for s in steps if s.get("op") in ("delete", "delete_all") and "error" not in s]
     for rid, scope in sorted(written.items()):
-        rows = view["versions"].get(rid) or []
+        if versions is None:
+            break
+        rows = versions.get(rid) or []
         if rid in live or any(r.get("event") == "DELETE" for r in rows):
             continue
         foreign = [s for s in deleters if not _within(scope, s.get("scope") or {})]
@@ -342,8 +353,13 @@ def scope_leak(observation: Mapping[str, Any]) -> Verdict:
                     "gone_after": [[s["op"], s.get("scope")] for s in foreign],
                 }
             )
+    extra = {} if versions is not None else {"not_checked": "vanished records (no history)"}
     return _verdict(
-        name, problems, "reads and deletes stay within their scope", checked=reads + len(written)
+        name,
+        problems,
+        "reads and deletes stay within their scope",
+        checked=reads + len(written),
+        **extra,
     )
 
 

@@ -36,6 +36,12 @@ OPS: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
         "search": (("query",), ("user_id", "agent_id", "run_id")),
         "history": (("memory_id",), ()),
     },
+    "store": {
+        "put": (("namespace", "key", "value"), ()),
+        "get": (("namespace", "key"), ()),
+        "search": (("namespace",), ()),
+        "delete": (("namespace", "key"), ()),
+    },
     "graphiti": {
         "add_episode": (("text",), ("group_id", "day")),
         "add_episode_bulk": (("texts",), ("group_id", "day")),
@@ -49,7 +55,7 @@ READS = frozenset({"get", "get_all", "search", "history", "get_edges"})
 # serial runs `duplicate` compares with run the batch's items one by one
 # (family, batch op) -> (single op, list argument, item argument)
 EXPANDS = {("graphiti", "add_episode_bulk"): ("add_episode", "texts", "text")}
-SCOPE_ARGS = ("user_id", "agent_id", "run_id", "group_id")
+SCOPE_ARGS = ("user_id", "agent_id", "run_id", "group_id", "namespace")
 _REF = re.compile(r"^\$([A-Za-z_][\w.]*?)(?:\.(\d+))?$")
 
 

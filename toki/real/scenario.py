@@ -38,6 +38,7 @@ SCENARIOS_DIR = Path(__file__).parent / "scenarios"
 _FAMILIES = {
     "mem0": "mem0",
     "graphiti": "graphiti",
+    "langchain": "store",
 }  # worker adapter -> program family (toki/real/program.py)
 
 

@@ -194,6 +194,22 @@ SYSTEMS["langgraph-store-postgres"] = RealSystem(
         "in a schema of its own, dropped afterwards",
     ),
 )
+SYSTEMS["langgraph-store-postgres-3.1.0"] = RealSystem(
+    name="langgraph-store-postgres-3.1.0",
+    title="LangGraph PostgresStore (langgraph-checkpoint-postgres 3.1.0): the version before "
+    "namespace scoping respected segment boundaries (corpus scenarios)",
+    library="langgraph-checkpoint-postgres",
+    version="3.1.0",
+    module="langgraph.store.postgres",
+    adapter="langchain",
+    host=LangGraphStoreHost("postgres"),
+    lock="langgraph-pgstore-3.1.0.txt",
+    model="langgraph-store",
+    intercepted=(
+        "PostgresStore.batch: every get/put/search/delete (each batch its own transaction)",
+    ),
+    simplified=("as langgraph-store-postgres (the same adapter)",),
+)
 SYSTEMS["langmem-0.0.30"] = RealSystem(
     name="langmem-0.0.30",
     title="LangMem 0.0.30 memory store manager (trustcall) over a LangGraph InMemoryStore",
