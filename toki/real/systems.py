@@ -85,6 +85,29 @@ SYSTEMS: dict[str, RealSystem] = {
             "as mem0-1.0.11 (the same adapter and stubs); kept for the reports it reproduces",
         ),
     ),
+    "mem0-2.2.1+entities": RealSystem(
+        name="mem0-2.2.1+entities",
+        title="mem0ai 2.2.1 with its entity store on (entity extraction stubbed for spaCy)",
+        library="mem0ai",
+        version="2.2.1",
+        module="mem0",
+        adapter="mem0",
+        host=Mem0Host(2),
+        lock="mem0-2.2.1.txt",
+        env={**_MEM0_ENV, "TOKI_MEM0_ENTITIES": "1"},
+        venv="mem0-2.2.1",
+        model="mem0-2.0.18",
+        intercepted=(
+            *_MEM0_GATES,
+            "the entity store: a second FAISS collection (<collection>_entities), gated alike",
+        ),
+        simplified=(
+            "as mem0-2.2.1, except that entity extraction is on: spaCy's "
+            "extract_entities / extract_entities_batch are replaced by a deterministic stub "
+            "(the entities of '<subject>:<predicate> is <value>' are the subject and the "
+            "value), so the entity store and its linked_memory_ids are built and read",
+        ),
+    ),
     "toki-memory": RealSystem(
         name="toki-memory",
         title="toki Memory, in-process store shared by the agents' threads (EWM + judge)",

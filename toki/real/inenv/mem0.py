@@ -229,6 +229,21 @@ def _inline_pools() -> None:
 _SCOPES = ("user_id", "agent_id", "run_id")
 
 
+def stub_entities(text: str) -> list[tuple[str, str]]:
+    """Stands in for spaCy's entity extraction (mem0 2.x's entity store): the entities of
+    '<subject>:<predicate> is <value>' are the subject and the value, typed ENTITY. Only
+    with TOKI_MEM0_ENTITIES=1 (the system `mem0-2.2.1+entities`)."""
+    key, sep, value = str(text).partition(" is ")
+    if not sep:
+        return []
+    subject = key.split(":", 1)[0]
+    return [("ENTITY", e) for e in (subject, value) if e.strip()]
+
+
+def _norm(entity: str) -> str:
+    return " ".join(entity.strip().lower().split())
+
+
 def _is_ref(value: Any) -> bool:
     return isinstance(value, str) and value.startswith("$")
 
@@ -283,6 +298,14 @@ class Adapter:
         factory.LlmFactory.create = classmethod(lambda cls, *a, **k: llm)
         factory.EmbedderFactory.create = classmethod(lambda cls, *a, **k: embedder)
         self._capture_prompts(main)
+        self.entities = os.environ.get("TOKI_MEM0_ENTITIES") == "1" and hasattr(
+            main, "extract_entities_batch"
+        )
+        if self.entities:  # spaCy's place, deterministically (see `stub_entities`)
+            main.extract_entities = stub_entities
+            main.extract_entities_batch = lambda texts, batch_size=32: [
+                stub_entities(t) for t in texts
+            ]
         _vector_gates(controller, faiss_store.FAISS)
         _history_gates(controller, storage.SQLiteManager)
         _inline_pools()
@@ -519,6 +542,23 @@ class Adapter:
             ]
         raise ValueError(f"mem0 has no operation {op!r}")
 
+    def _entity_links(self, records: list[dict[str, Any]]) -> dict[str, list[str]]:
+        """The entity store's links (each entity row's linked_memory_ids) beside the links
+        the live memories imply (the same extraction over their texts), per scope."""
+        store = getattr(self.memory, "_entity_store", None)
+        rows = (getattr(store, "docstore", None) or {}) if store is not None else {}
+        links = []
+        for payload in rows.values():
+            scope = payload.get("user_id") or payload.get("agent_id") or payload.get("run_id")
+            for mid in payload.get("linked_memory_ids") or []:
+                links.append(f"{scope}:{_norm(str(payload.get('data')))}->{mid}")
+        implied = []
+        for r in records:
+            scope = next(iter(r["scope"].values()), None)
+            for _, entity in stub_entities(str(r["text"])):
+                implied.append(f"{scope}:{_norm(entity)}->{r['id']}")
+        return {"entity_links": sorted(links), "memory_entities": sorted(implied)}
+
     def _derived(self, history: list[dict[str, Any]]) -> dict[str, Any]:
         """The structures mem0 derives from a write, read from the store itself: FAISS's
         vectors (by position, named through its id map), the id map, the docstore, and the
@@ -552,10 +592,16 @@ class Adapter:
         history_live = sorted(
             mid for mid, rows in versions.items() if rows and rows[-1]["event"] != "DELETE"
         )
+        structures: dict[str, list[str]] = {}
+        agree: list[list[str]] = []
+        if self.entities:
+            structures.update(self._entity_links(records))
+            agree.append(["entity_links", "memory_entities"])
         return {
             "records": records,
             "versions": versions,
             "structures": {
+                **structures,
                 "vector_index": sorted(
                     index_to_id.get(i, f"<no id: vector {i}>") for i in range(ntotal)
                 ),
@@ -567,6 +613,7 @@ class Adapter:
                 ["vector_index", "id_map"],
                 ["id_map", "docstore"],
                 ["docstore", "history_live"],
+                *agree,
             ],
             "steps": list(self.steps),
         }
