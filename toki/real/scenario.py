@@ -32,7 +32,16 @@ from toki.sim.explore import Stats
 from toki.sim.workload import Workload
 from toki.systems.base import SimJudge
 
-__all__ = ["SCENARIOS_DIR", "Scenario", "load_scenario", "load_scenarios", "run_scenario"]
+__all__ = [
+    "SCENARIOS_DIR",
+    "Scenario",
+    "get_scenario",
+    "load_scenario",
+    "load_scenarios",
+    "run_corpus",
+    "run_scenario",
+    "runnable",
+]
 
 SCENARIOS_DIR = Path(__file__).parent / "scenarios"
 _FAMILIES = {
@@ -177,6 +186,19 @@ def _judges(scenario: Scenario) -> tuple[Picker, Picker]:
     return judge, SimJudge(0.5, scenario.seed + 1)
 
 
+def runnable(scenario: Scenario, *, fixed: bool = False) -> str:
+    """The system a run of the scenario uses (InvalidInput for a listed-only report, or
+    for --fixed where no fix is known): checked before anything is written."""
+    if not scenario.agents:
+        raise InvalidInput(
+            "scenario", f"{scenario.name} is listed, not runnable: {scenario.reason}"
+        )
+    target = scenario.fixed if fixed else scenario.system
+    if target is None:
+        raise InvalidInput("--fixed", f"{scenario.name}: no fixed version is known")
+    return target
+
+
 def run_scenario(
     scenario: Scenario,
     *,
@@ -190,14 +212,7 @@ def run_scenario(
     from toki.check.runner import make_strategy
     from toki.real.cli import parse_faults
 
-    if not scenario.agents:
-        raise InvalidInput(
-            "scenario", f"{scenario.name} is listed, not runnable: {scenario.reason}"
-        )
-    target = scenario.fixed if fixed else scenario.system
-    if target is None:
-        raise InvalidInput("--fixed", f"{scenario.name}: no fixed version is known")
-    system = get_real_system(target)
+    system = get_real_system(runnable(scenario, fixed=fixed))
     program = scenario.program()
     workload = cast(Workload, program)  # an OpProgram has what the driver uses of one
     strategy = make_strategy(scenario.strategy, scenario.seed)
@@ -285,3 +300,29 @@ def run_scenario(
         "witnesses": witnesses,
         "digest": digest,
     }
+
+
+def run_corpus(
+    scenarios: list[Scenario], out: Path, *, gate_timeout: float = 60.0
+) -> dict[str, Any]:
+    """Every scenario marked reproduced, on its affected version and (where a fix shipped)
+    its fixed one; writes `out/scenarios.json`. `ok`: each reproduces, each fixed run is
+    clean, each within its timeout."""
+    import json
+
+    runs = []
+    for sc in scenarios:
+        if not sc.reproduced:
+            continue
+        runs.append(run_scenario(sc, out=out, gate_timeout=gate_timeout))
+        if sc.fixed is not None:
+            runs.append(run_scenario(sc, fixed=True, out=out, gate_timeout=gate_timeout))
+    ok = all((r["clean"] if r["fixed"] else r["reproduced"]) and not r["timed_out"] for r in runs)
+    results = {
+        "listed": len(scenarios),
+        "reproduced": sum(1 for s in scenarios if s.reproduced),
+        "runs": runs,
+        "ok": ok,
+    }
+    (out / "scenarios.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    return results
