@@ -191,35 +191,63 @@ def forked_history(observation: Mapping[str, Any]) -> Verdict:
 
 
 def response_divergence(observation: Mapping[str, Any]) -> Verdict:
-    """What an API call returned (an id, ADD/UPDATE/DELETE, the new text) is not what was
-    durably stored: no history row of that record records that event with that text."""
+    """What an API call returned is not what was durably stored. With a history (mem0):
+    each reported ADD / UPDATE / DELETE of a record has its row, with that text. With
+    records that carry a `state` (Graphiti's edges, `invalid_at`): the state the last call
+    to report on a record returned is the stored one (no call is in flight at the end)."""
     name = "response-divergence"
-    view, no = _need(name, observation, "versions", "steps")
+    view, no = _need(name, observation, "steps")
     if no is not None:
         return no
     assert view is not None
-    versions = view["versions"]
-    responses = _write_responses(view["steps"])
-    problems = []
+    versions = view.get("versions")
+    saves = _saved_states(view["steps"])
+    if versions is None and not saves:
+        return _abstain(name, "the adapter reports neither a history nor the stored states")
+    problems: list[dict[str, Any]] = []
+    responses = _write_responses(view["steps"]) if versions is not None else []
     for r in responses:
-        rows = versions.get(r["id"]) or []
+        rows = (versions or {}).get(r["id"]) or []
         if r["event"] == "DELETE":
             ok = any(row.get("event") == "DELETE" for row in rows)
         else:
             ok = any(row.get("event") == r["event"] and row.get("new") == r["text"] for row in rows)
         if not ok:
             problems.append(
+                {**{k: r[k] for k in ("id", "event", "text", "agent", "step")}, "stored": rows}
+            )
+    stored = {str(r.get("id")): r.get("state") for r in view.get("records") or []}
+    for rid, (state, s) in sorted(saves.items()):
+        if stored.get(rid) != state:
+            problems.append(
                 {
-                    **{k: r[k] for k in ("id", "event", "text", "agent", "step")},
-                    "stored": rows,
+                    "id": rid,
+                    "returned": state,
+                    "stored": stored.get(rid),
+                    "agent": s.get("agent"),
+                    "step": s.get("step"),
                 }
             )
     return _verdict(
         name,
         problems,
         "every write an API call reported is in the durable record",
-        checked=len(responses),
+        checked=len(responses) + len(saves),
     )
+
+
+def _saved_states(
+    steps: Iterable[Mapping[str, Any]],
+) -> dict[str, tuple[Any, Mapping[str, Any]]]:
+    """Per record: the state the last call that reported on it returned, and that step."""
+    out: dict[str, tuple[Any, Mapping[str, Any]]] = {}
+    for s in steps:
+        if "error" in s:
+            continue
+        for r in s.get("returned") or []:
+            if isinstance(r, Mapping) and r.get("event") == "SAVE" and "state" in r:
+                out[str(r.get("id"))] = (r["state"], s)
+    return out
 
 
 def index_divergence(observation: Mapping[str, Any]) -> Verdict:

@@ -146,7 +146,10 @@ class GraphitiHost:
     def replay_inputs(
         self, observation: Mapping[str, Any], workload: Workload
     ) -> list[SimClaim] | None:
-        """The stored episodes as the workload's claims, in the order Graphiti lists them."""
+        """The stored episodes as the workload's claims, in the order Graphiti lists them
+        (None for a program of operations: its steps are no claims to re-ingest)."""
+        if getattr(workload, "family", None) is not None:
+            return None
         pool = [c for inbox in workload.inboxes for c in inbox]
         out = []
         for episode in observation.get("episodes") or []:

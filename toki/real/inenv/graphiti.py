@@ -380,12 +380,19 @@ class Adapter:
                 reference_time=stubs.BASE + timedelta(days=day),
                 group_id=group,
             )
+            # the episode, and each edge it saved as the call reports it (resolved and
+            # invalidated): what response-divergence compares with the stored edge
             return [
-                {
-                    "id": result.episode.uuid,
-                    "event": "EPISODE",
-                    "edges": sorted(e.uuid for e in result.edges),
-                }
+                {"id": result.episode.uuid, "event": "EPISODE"},
+                *(
+                    {
+                        "id": e.uuid,
+                        "event": "SAVE",
+                        "text": e.fact,
+                        "state": {"invalid_at": _iso(e.invalid_at)},
+                    }
+                    for e in sorted(result.edges, key=lambda e: str(e.uuid))
+                ),
             ]
         if op == "add_episode_bulk":
             texts = [str(t) for t in args["texts"]]
@@ -428,7 +435,9 @@ class Adapter:
         episodes = asyncio.run(self.EpisodicNode.get_by_group_ids(self.driver, self.groups))
         live = {e.uuid for e in edges}
         return {
-            "records": [{**_edge_record(e), "invalid": e.invalid_at is not None} for e in edges],
+            "records": [
+                {**_edge_record(e), "state": {"invalid_at": _iso(e.invalid_at)}} for e in edges
+            ],
             "structures": {
                 "edge_provenance": sorted(
                     f"{p}->{e.uuid}" for e in edges for p in e.episodes or []
@@ -468,7 +477,8 @@ def _episode_claim(context: Any) -> dict[str, Any] | None:
     """In a bulk call every episode's prompts run in one agent: the claim is read from the
     episode the prompt is about."""
     if isinstance(context, dict) and isinstance(context.get("episode_content"), str):
-        return _claim(context["episode_content"])
+        day = int((CLAIM.get() or {}).get("start") or 0)  # the step's reference day
+        return _claim(context["episode_content"], day)
     return None
 
 
