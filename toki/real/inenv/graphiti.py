@@ -167,7 +167,7 @@ class Adapter:
                 prompt = PROMPT.get() or {}
                 name = prompt_name or prompt.get("name") or "unknown"
                 detail = {
-                    "claim": _episode_claim(prompt.get("context")) or CLAIM.get(),
+                    "claim": _prompt_claim(prompt.get("context")),
                     "prompt": name,
                     **_summary(name, prompt.get("context")),
                 }
@@ -471,6 +471,17 @@ def _claim(text: str, day: int = 0) -> dict[str, Any] | None:
     """The claim an episode text states ('<key> is <value>'), for the stub LLM."""
     key, sep, value = text.partition(" is ")
     return {"key": key, "value": value, "start": day} if sep else None
+
+
+def _prompt_claim(context: Any) -> dict[str, Any] | None:
+    """The agent's claim, unless the prompt is about another episode (a bulk call)."""
+    claim, episode = CLAIM.get(), _episode_claim(context)
+    if episode is None or (
+        claim is not None
+        and (claim.get("key"), claim.get("value")) == (episode["key"], episode["value"])
+    ):
+        return claim
+    return episode
 
 
 def _episode_claim(context: Any) -> dict[str, Any] | None:
