@@ -79,7 +79,7 @@ SYSTEMS: dict[str, RealSystem] = {
         host=Mem0Host(1),
         lock="mem0-1.0.5.txt",
         env=_MEM0_ENV,
-        model="mem0-1.0.11",
+        model=None,  # corpus only: no row of the verdict matrix
         intercepted=_MEM0_GATES,
         simplified=(
             "as mem0-1.0.11 (the same adapter and stubs); kept for the reports it reproduces",
@@ -96,7 +96,7 @@ SYSTEMS: dict[str, RealSystem] = {
         lock="mem0-2.2.1.txt",
         env={**_MEM0_ENV, "TOKI_MEM0_ENTITIES": "1"},
         venv="mem0-2.2.1",
-        model="mem0-2.0.18",
+        model=None,  # corpus only: no row of the verdict matrix
         intercepted=(
             *_MEM0_GATES,
             "the entity store: a second FAISS collection (<collection>_entities), gated alike",
@@ -227,7 +227,7 @@ SYSTEMS["langgraph-store-postgres-3.1.0"] = RealSystem(
     adapter="langchain",
     host=LangGraphStoreHost("postgres"),
     lock="langgraph-pgstore-3.1.0.txt",
-    model="langgraph-store",
+    model=None,  # corpus only: no row of the verdict matrix
     intercepted=(
         "PostgresStore.batch: every get/put/search/delete (each batch its own transaction)",
     ),
