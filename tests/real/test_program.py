@@ -66,6 +66,16 @@ def test_a_reference_to_another_agents_binding_is_refused() -> None:
         )
 
 
+def test_each_family_takes_its_own_operations() -> None:
+    """LangMem's manager and LangGraph's store are separate families of one worker."""
+    OpProgram.build("p", "langmem", [[step(op="manage", text="k is v", user_id="u")]])
+    OpProgram.build("p", "store", [[step(op="put", namespace=["a"], key="k", value="v")]])
+    with pytest.raises(InvalidInput, match="store has no operation 'manage'"):
+        OpProgram.build("p", "store", [[step(op="manage", text="k is v")]])
+    with pytest.raises(InvalidInput, match="no operations for 'letta'"):
+        OpProgram.build("p", "letta", [[step(op="add", text="x")]])
+
+
 def test_a_batch_step_runs_item_by_item_in_the_serial_baseline() -> None:
     prog = OpProgram.build(
         "p", "graphiti", [[step(op="add_episode_bulk", texts=["a is 1", "b is 2"], group_id="g")]]

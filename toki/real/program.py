@@ -42,6 +42,10 @@ OPS: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
         "search": (("namespace",), ()),
         "delete": (("namespace", "key"), ()),
     },
+    "langmem": {
+        "manage": (("text",), ("user_id",)),
+        "search": ((), ("user_id",)),
+    },
     "graphiti": {
         "add_episode": (("text",), ("group_id", "day")),
         "add_episode_bulk": (("texts",), ("group_id", "day")),

@@ -71,7 +71,10 @@ class Scenario:
     path: str = field(default="", compare=False)
 
     def program(self) -> OpProgram:
-        family = _FAMILIES.get(get_real_system(self.system).adapter)
+        system = get_real_system(self.system)
+        family = _FAMILIES.get(system.adapter)
+        if system.name.startswith("langmem"):  # the langchain worker in LangMem's mode
+            family = "langmem"
         if family is None:
             raise InvalidInput(
                 "scenario", f"{self.name}: {self.system} has no operations as workload steps"

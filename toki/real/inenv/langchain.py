@@ -246,6 +246,8 @@ class Adapter:
     def observe(self) -> dict[str, Any]:
         if self.mode != "langmem":
             return {"items": self._items(), "derived": self._derived()}
+        if self.steps:  # a program of the manager's operations
+            return {"items": self._items(), "derived": self._derived()}
         thread = [
             item
             for subject in self.subjects
@@ -265,13 +267,19 @@ class Adapter:
             self.controller.begin_claim(n)
             op = str(step["op"])
             args = {k: v for k, v in step.items() if k not in ("op", "bind")}
-            namespace = tuple(str(x) for x in args.get("namespace") or ())
+            namespace: tuple[str, ...]
+            if self.mode == "langmem":  # the manager's namespace: ("memories", user_id)
+                namespace = ("memories", str(args.get("user_id", "user")))
+                scope = {"user_id": str(args.get("user_id", "user"))}
+            else:
+                namespace = tuple(str(x) for x in args.get("namespace") or ())
+                scope = {"namespace": "/".join(namespace)}
             entry: dict[str, Any] = {
                 "agent": agent,
                 "step": n,
                 "op": op,
                 "args": args,
-                "scope": {"namespace": "/".join(namespace)},
+                "scope": scope,
             }
             try:
                 entry["returned"] = self._call(op, namespace, args)
@@ -295,7 +303,23 @@ class Adapter:
             item = store.get(namespace, str(args["key"]))
             return [] if item is None else [_item_record(item)]
         if op == "search":
-            return [_item_record(i) for i in store.search(namespace, limit=1000)]
+            return [_item_record(i, self.mode) for i in store.search(namespace, limit=1000)]
+        if op == "manage":  # LangMem's manager over one conversation turn
+            text = str(args["text"])
+            key, _, value = text.partition(" is ")
+            CLAIM.set({"key": key, "value": value})
+            puts = self.manager.invoke(
+                {"messages": [{"role": "user", "content": text}]},
+                config={"configurable": {"user_id": namespace[-1]}},
+            )
+            return [
+                {
+                    "id": resource(tuple(p["namespace"]), p["key"]),
+                    "event": "DELETE" if p.get("value") is None else "SAVE",
+                    "text": None if p.get("value") is None else _content(p["value"]),
+                }
+                for p in puts
+            ]
         raise ValueError(f"the store has no operation {op!r}")
 
     def _rows(self) -> list[tuple[tuple[str, ...], str, Any]]:
@@ -322,12 +346,19 @@ class Adapter:
     def _derived(self) -> dict[str, Any]:
         records = []
         for namespace, key, value in self._rows():
-            text = value.get("value") if isinstance(value, dict) else value
+            if self.mode == "langmem":
+                if namespace[:1] != ("memories",):
+                    continue  # the application's thread log, not memories
+                text: Any = _content(value)
+                scope = {"user_id": "/".join(namespace[1:])}
+            else:
+                text = value.get("value") if isinstance(value, dict) else value
+                scope = {"namespace": "/".join(namespace)}
             records.append(
                 {
                     "id": resource(namespace, key),
                     "text": None if text is None else str(text),
-                    "scope": {"namespace": "/".join(namespace)},
+                    "scope": scope,
                 }
             )
         return {"records": records, "steps": list(self.steps)}
@@ -348,8 +379,15 @@ class Adapter:
         self.schema = None
 
 
-def _item_record(item: Any) -> dict[str, Any]:
-    """A store item as a reader is served it (program reads)."""
+def _item_record(item: Any, mode: str = "store-memory") -> dict[str, Any]:
+    """A store item as a reader is served it (program reads); LangMem's memories are
+    scoped by the user their namespace names."""
+    if mode == "langmem":
+        return {
+            "id": resource(item.namespace, item.key),
+            "text": _content(item.value),
+            "scope": {"user_id": "/".join(item.namespace[1:])},
+        }
     value = item.value.get("value") if isinstance(item.value, dict) else item.value
     return {
         "id": resource(item.namespace, item.key),
