@@ -356,3 +356,55 @@ def test_every_check_abstains_on_an_adapter_without_derived_state() -> None:
     for name in DERIVED:
         v = check_derived(name, {"memories": []}, lambda: [])
         assert not v.ran and v.abstained, name
+
+
+# ---------------------------------------------------------------------------- reported states
+
+
+def save(agent: int, rid: str, invalid_at: str | None) -> dict[str, Any]:
+    return {
+        "agent": agent,
+        "step": 0,
+        "op": "add_episode",
+        "scope": {},
+        "returned": [
+            {"id": rid, "event": "SAVE", "text": "f", "state": {"invalid_at": invalid_at}}
+        ],
+    }
+
+
+def test_response_divergence_the_last_reported_state_is_not_stored() -> None:
+    """Graphiti: agent 1 saved Bob invalid from day 7 and returned; agent 0 returned last,
+    reporting day 6; the graph holds day 7."""
+    o = obs(
+        steps=[save(1, "bob", "day 7"), save(0, "bob", "day 6")],
+        records=[{"id": "bob", "text": "f", "state": {"invalid_at": "day 7"}}],
+    )
+    del o["derived"]["versions"]
+    v = response_divergence(o)
+    assert v.found and v.observed == [
+        {
+            "id": "bob",
+            "returned": {"invalid_at": "day 6"},
+            "stored": {"invalid_at": "day 7"},
+            "agent": 0,
+            "step": 0,
+        }
+    ]
+
+
+def test_no_response_divergence_when_the_last_call_saw_the_stored_state_or_a_removal_followed() -> (
+    None
+):
+    o = obs(
+        steps=[
+            save(0, "bob", "day 6"),
+            save(1, "bob", "day 7"),
+            save(1, "carol", None),
+            delete(0, "episode-of-carol"),
+        ],
+        records=[{"id": "bob", "text": "f", "state": {"invalid_at": "day 7"}}],
+    )
+    del o["derived"]["versions"]
+    v = response_divergence(o)
+    assert v.ran and not v.found and v.details["checked"] == 2

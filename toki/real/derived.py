@@ -217,7 +217,18 @@ def response_divergence(observation: Mapping[str, Any]) -> Verdict:
                 {**{k: r[k] for k in ("id", "event", "text", "agent", "step")}, "stored": rows}
             )
     stored = {str(r.get("id")): r.get("state") for r in view.get("records") or []}
+    removals = [
+        pos
+        for pos, s in enumerate(view["steps"])
+        if "error" not in s
+        and any(
+            isinstance(r, Mapping) and r.get("event") in ("DELETE", "DELETE_ALL")
+            for r in s.get("returned") or []
+        )
+    ]
     for rid, (state, s) in sorted(saves.items()):
+        if rid not in stored and any(pos > s["_pos"] for pos in removals):
+            continue  # removed after the call returned: not a divergence of its answer
         if stored.get(rid) != state:
             problems.append(
                 {
@@ -241,12 +252,12 @@ def _saved_states(
 ) -> dict[str, tuple[Any, Mapping[str, Any]]]:
     """Per record: the state the last call that reported on it returned, and that step."""
     out: dict[str, tuple[Any, Mapping[str, Any]]] = {}
-    for s in steps:
+    for pos, s in enumerate(steps):
         if "error" in s:
             continue
         for r in s.get("returned") or []:
             if isinstance(r, Mapping) and r.get("event") == "SAVE" and "state" in r:
-                out[str(r.get("id"))] = (r["state"], s)
+                out[str(r.get("id"))] = (r["state"], {**s, "_pos": pos})
     return out
 
 
