@@ -6,11 +6,15 @@ returned against what it stored, in which user a record belongs to. A worker rep
 structures, read from the library's own storage, under `observation["derived"]`:
 
     records     the live records, each {id, text, scope: {user_id, agent_id, run_id, ...}}
+                and, where a call reports it, the record's `state` (a Graphiti edge's
+                invalid_at)
     versions    {record id: [{event, old, new}, ...]} the durable history, in its own order
     structures  {name: [ids]} each redundant structure, as the ids it holds (multiset)
     agree       [[a, b], ...] the structures that must hold the same ids
     steps       the program's steps in the order they returned: {agent, step, op, args,
-                scope, returned | error, basis (the text the step decided on)}
+                scope, returned | error, basis (the text the step decided on)}; a write
+                returned as {id, event: ADD | UPDATE | DELETE | SAVE, text, previous |
+                state}, a read as {id, text, scope}
 
 Each check reads only what it needs; when the adapter does not report it the check abstains
 (`ran=False`, `details["abstains"]` says what is missing): it never passes silently.

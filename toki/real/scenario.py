@@ -13,6 +13,7 @@ with `reproduced = false` and the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import tomllib
 from collections import Counter
@@ -271,12 +272,7 @@ def run_scenario(
                         v.observed,
                         {**dict(v.details), "scenario": scenario.name, "digest": digest},
                     )
-                    w = RealWitness(
-                        **{
-                            **{f: getattr(w, f) for f in RealWitness.__dataclass_fields__},
-                            "steps": tuple(explain_real(w, rr, v)),
-                        }
-                    )
+                    w = dataclasses.replace(w, steps=tuple(explain_real(w, rr, v)))
                     if out is not None:
                         saved = w.save(out / f"{scenario.name}-{system.name}-{name}.json")
                         witnesses[name] = str(saved)
