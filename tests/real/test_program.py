@@ -133,6 +133,7 @@ def test_a_scenario_file_loads_with_its_defaults(tmp_path: Path) -> None:
     [
         (("mem0ai/mem0#1", "mem0 issue 1"), "is not 'owner/repo#number'"),
         (('"duplicate"', '"phantom"'), "unknown anomalies"),
+        (('"duplicate"', '"N2"'), "defined over claims"),
         (("reproduced = true", "reproduced = false"), "needs its `reason`"),
         (('op = "add"', 'op = "upsert"'), "has no operation"),
         (("mem0-1.0.11", "mem0-9"), "unknown real system"),

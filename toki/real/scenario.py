@@ -25,6 +25,7 @@ from typing import Any, cast
 from toki.errors import InvalidInput
 from toki.real.adapter import Picker, ScriptedJudge
 from toki.real.checks import ALL_CHECKS, check_real
+from toki.real.derived import DERIVED
 from toki.real.driver import SerialCache, open_session, real_runs
 from toki.real.program import OpProgram, OpStep
 from toki.real.systems import get_real_system
@@ -138,6 +139,13 @@ def load_scenario(path: str | Path) -> Scenario:
     if unknown := [a for a in anomalies if a not in ALL_CHECKS]:
         raise InvalidInput(
             "scenario", f"{where}: unknown anomalies {unknown}", f"use {', '.join(ALL_CHECKS)}"
+        )
+    if claims_only := [a for a in anomalies if a not in DERIVED]:
+        raise InvalidInput(
+            "scenario",
+            f"{where}: {claims_only} are defined over claims, and a scenario's steps are "
+            "operations",
+            f"expect {', '.join(DERIVED)}",
         )
     if reproduced and not (agents and anomalies):
         raise InvalidInput(
