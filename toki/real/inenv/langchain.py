@@ -48,6 +48,9 @@ from .mem0 import _inline_pools
 
 __all__ = ["Adapter"]
 
+# the program step log: every step's return reads and writes it (see _program)
+_LOG = ([("program", "log")], [("program", "log")])
+
 CLAIM: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "toki_real_langchain_claim", default=None
 )
@@ -285,6 +288,10 @@ class Adapter:
                 entry["returned"] = self._call(op, namespace, args)
             except Exception as exc:  # an application logs a failed call and goes on
                 entry["error"] = f"{type(exc).__name__}: {exc}"
+            # the call returns: a gate point ordered against every other return, so the
+            # step log's order (what a later read saw after a delete) is explored by the
+            # scheduler, not fixed by it
+            self.controller.gate("program", "program.return", {"op": op, "step": n}, *_LOG)
             self.steps.append(entry)
             out.append(entry.get("returned", entry.get("error")))
         return out
