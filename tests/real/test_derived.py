@@ -254,6 +254,16 @@ def test_resurrection_the_deleted_record_is_live_at_the_end() -> None:
     assert resurrection(o).observed == [{"id": "m", "text": "Bob", "served_by": "final state"}]
 
 
+def test_a_read_that_overlapped_the_delete_may_serve_the_record() -> None:
+    """Invoked before the delete returned (one return logged: the add), returned after it:
+    concurrent with the delete, so serving the record is allowed."""
+    overlapping = {**read(1, ("m", "Bob")), "invoked": 1}
+    o = obs(steps=[add(0, "m", "Bob"), delete(0, "m"), overlapping])
+    assert not resurrection(o).found
+    after = {**read(1, ("m", "Bob")), "invoked": 2}
+    assert resurrection(obs(steps=[add(0, "m", "Bob"), delete(0, "m"), after])).found
+
+
 def test_no_resurrection_when_the_read_came_before_the_delete() -> None:
     o = obs(steps=[add(0, "m", "Bob"), read(1, ("m", "Bob")), delete(0, "m")])
     assert not resurrection(o).found

@@ -12,7 +12,8 @@ structures, read from the library's own storage, under `observation["derived"]`:
     structures  {name: [ids]} each redundant structure, as the ids it holds (multiset)
     agree       [[a, b], ...] the structures that must hold the same ids
     steps       the program's steps in the order they returned: {agent, step, op, args,
-                scope, returned | error, basis (the text the step decided on)}; a write
+                scope, invoked (how many returns were logged before the call was made),
+                returned | error, basis (the text the step decided on)}; a write
                 returned as {id, event: ADD | UPDATE | DELETE | SAVE, text, previous |
                 state}, a read as {id, text, scope}
 
@@ -294,8 +295,10 @@ def index_divergence(observation: Mapping[str, Any]) -> Verdict:
 
 
 def resurrection(observation: Mapping[str, Any]) -> Verdict:
-    """A deleted fact served again: a read that returned after a delete of a record (a
-    DELETE the API reported) serves that record, or the record is live at the end."""
+    """A deleted fact served again: a read invoked after a delete of a record returned (a
+    DELETE the API reported) serves that record, or the record is live at the end. A read
+    that overlapped the delete may serve either (real-time order: `invoked` counts the
+    returns logged before the read was invoked; without it, the read's return is used)."""
     name = "resurrection"
     view, no = _need(name, observation, "steps", "records")
     if no is not None:
@@ -317,7 +320,8 @@ def resurrection(observation: Mapping[str, Any]) -> Verdict:
             elif "event" not in r:
                 reads += 1
                 rid = str(r.get("id"))
-                if rid in deleted:
+                invoked = s.get("invoked", pos)
+                if rid in deleted and deleted[rid] < invoked:
                     problems.append(
                         {"id": rid, "text": r.get("text"), "served_by": [s["agent"], s["step"]]}
                     )

@@ -283,6 +283,7 @@ class Adapter:
                 "op": op,
                 "args": args,
                 "scope": scope,
+                "invoked": len(self.steps),  # after the returns logged so far
             }
             try:
                 entry["returned"] = self._call(op, namespace, args)

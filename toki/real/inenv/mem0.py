@@ -454,7 +454,14 @@ class Adapter:
         for n, step in enumerate(steps):
             self.controller.begin_claim(n)
             op = str(step["op"])
-            entry: dict[str, Any] = {"agent": agent, "step": n, "op": op}
+            # invoked after the returns logged so far (real-time order: what a read
+            # invoked after a delete returned may no longer serve)
+            entry: dict[str, Any] = {
+                "agent": agent,
+                "step": n,
+                "op": op,
+                "invoked": len(self.steps),
+            }
             try:
                 args = {k: self._resolve(v) for k, v in step.items() if k not in ("op", "bind")}
                 entry["args"] = args
