@@ -378,7 +378,8 @@ def scope_leak(observation: Mapping[str, Any]) -> Verdict:
         for r in s.get("returned") or []:
             if isinstance(r, Mapping) and "event" not in r:
                 reads += 1
-                scope = r.get("scope") or written.get(str(r.get("id"))) or {}
+                # the scope it was written under (an update may have moved it since)
+                scope = written.get(str(r.get("id"))) or r.get("scope") or {}
                 if not _within(scope, asked):
                     problems.append(
                         {"id": str(r.get("id")), "asked": asked, "served": scope, "by": s["op"]}

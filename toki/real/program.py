@@ -28,7 +28,7 @@ __all__ = ["EXPANDS", "OPS", "READS", "SCOPE_ARGS", "OpProgram", "OpStep", "prog
 OPS: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
     "mem0": {
         "add": (("text",), ("user_id", "agent_id", "run_id")),
-        "update": (("memory_id", "text"), ()),
+        "update": (("memory_id", "text"), ("metadata",)),
         "delete": (("memory_id",), ()),
         "delete_all": ((), ("user_id", "agent_id", "run_id")),
         "get": (("memory_id",), ()),
@@ -88,10 +88,7 @@ class OpStep:
         return self.op
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "op": self.op,
-            **{k: list(v) if isinstance(v, tuple) else v for k, v in self.args},
-        }
+        out: dict[str, Any] = {"op": self.op, **{k: _thawed(v) for k, v in self.args}}
         if self.bind is not None:
             out["bind"] = self.bind
         return out
@@ -108,8 +105,27 @@ class OpStep:
 
 
 def _frozen(value: Any) -> Any:
-    """A list argument (Graphiti's bulk texts) as a tuple: steps are hashable values."""
-    return tuple(value) if isinstance(value, list) else value
+    """A list argument (Graphiti's bulk texts) as a tuple, a table (mem0's metadata) as
+    sorted pairs: steps are hashable values."""
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, Mapping):
+        return _Table(sorted((str(k), _frozen(v)) for k, v in value.items()))
+    return value
+
+
+class _Table(tuple[tuple[str, Any], ...]):
+    """A mapping argument, frozen; `to_json` gives the mapping back."""
+
+    __slots__ = ()
+
+
+def _thawed(value: Any) -> Any:
+    if isinstance(value, _Table):
+        return {k: _thawed(v) for k, v in value}
+    if isinstance(value, tuple):
+        return [_thawed(v) for v in value]
+    return value
 
 
 def _qualify(step: OpStep, agent: int) -> OpStep:

@@ -85,6 +85,21 @@ SYSTEMS: dict[str, RealSystem] = {
             "as mem0-1.0.11 (the same adapter and stubs); kept for the reports it reproduces",
         ),
     ),
+    "mem0-2.0.12": RealSystem(
+        name="mem0-2.0.12",
+        title="mem0ai 2.0.12 (add-only), FAISS + SQLite history: the version before update() "
+        "kept a memory's user / agent / run ids (corpus scenarios)",
+        library="mem0ai",
+        version="2.0.12",
+        module="mem0",
+        adapter="mem0",
+        host=Mem0Host(2),
+        lock="mem0-2.0.12.txt",
+        env=_MEM0_ENV,
+        model=None,  # corpus only: no row of the verdict matrix
+        intercepted=_MEM0_GATES,
+        simplified=("as mem0-2.2.1 (the same adapter and stubs)",),
+    ),
     "mem0-2.2.1+entities": RealSystem(
         name="mem0-2.2.1+entities",
         title="mem0ai 2.2.1 with its entity store on (entity extraction stubbed for spaCy)",

@@ -201,7 +201,8 @@ def _describe(entry: Mapping[str, Any]) -> str:
     if point in ("vector.update", "vector.delete", "vector.get"):
         return f"agent {agent} {point.split('.')[1]}s memory {str(detail.get('id'))[:8]}"
     if point.startswith("vector."):
-        return f"agent {agent} {point.split('.')[1]}es the vector store"
+        verb = point.split(".")[1]
+        return f"agent {agent} {verb + 's' if verb.endswith('t') else verb + 'es'} the vector store"
     if point.startswith("history."):
         mid = detail.get("memory_id") or detail.get("memory_ids")
         return (

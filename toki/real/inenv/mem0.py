@@ -518,10 +518,11 @@ class Adapter:
                 for r in rows or []
             ]
         if op == "update":
+            extra = {"metadata": args["metadata"]} if "metadata" in args else {}
             if self.major >= 2:
-                m.update(args["memory_id"], text=args["text"])
+                m.update(args["memory_id"], text=args["text"], **extra)
             else:
-                m.update(args["memory_id"], data=args["text"])
+                m.update(args["memory_id"], data=args["text"], **extra)
             return [{"id": args["memory_id"], "event": "UPDATE", "text": args["text"]}]
         if op == "delete":
             m.delete(args["memory_id"])
