@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import itertools
 from array import array
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -131,7 +131,7 @@ def process_edges(
 
 
 def realtime_order(
-    ids: list[TxnId], starts: list[int | None], ends: list[int | None]
+    ids: Sequence[TxnId], starts: list[int | None], ends: list[int | None]
 ) -> Iterator[tuple[int, int]]:
     """(a, b) with a completed before b began, transitively reduced (Elle's frontier).
 
@@ -166,7 +166,7 @@ def realtime_order(
 
 
 def realtime_pairs(
-    ids: list[TxnId], starts: list[int | None], ends: list[int | None]
+    ids: Sequence[TxnId], starts: list[int | None], ends: list[int | None]
 ) -> tuple[np.ndarray, np.ndarray]:
     """``realtime_order`` in compiled code, as two arrays (sources, destinations): the same
     pairs, grouped by destination in start order (within a group, in completion order).

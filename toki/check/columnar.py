@@ -1,0 +1,411 @@
+"""The columnar check of Elle list-append histories: decoded operations go straight into
+integer columns, the dependency graph is built over those columns, and strong components
+are found in compiled code (scipy), with no ``Txn``/``Op`` objects and no per-edge values.
+
+It decides one question exactly: would the exact checker (``toki.check.elle.load`` then
+``toki.check.adya.verdict``) find nothing at all in this history? When the answer is yes,
+the verdict is ``valid? true`` and nothing needs explaining. Anything that could make the
+exact path report or refuse (an anomaly of any kind, a non-trivial strongly connected
+component, an empty graph, a malformed or unusual operation, a register write) makes it
+answer ``None``, and ``toki.check.elle.check_file`` then runs the exact path, whose
+verdict and explanations (each cycle with the reason for each edge) are the output. So the
+columnar path changes how fast a clean history is checked, never what any history's
+verdict says; the property tests in ``tests/check/test_columnar.py`` hold it to that.
+
+How it stays linear: every read must be a prefix of the longest read of its key (checked
+as reads arrive, against the longest so far), so a read is kept as (key, length, reader)
+only, and the version order of a key is its longest read. Writers of each position, the
+ww/wr/rw edges and the real-time edges (``realtime_pairs``) are then array operations.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Iterable
+from typing import Any, Final
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+from toki.check.adya.graph import gc_paused, realtime_pairs
+from toki.check.adya.scan import _internal_violation
+from toki.check.adya.verdict import Verdict, options, plan
+from toki.check.elle import Batch, _Record
+from toki.errors import HistoryFormatError
+
+__all__ = ["clean_verdict"]
+
+_HUB_FANOUT: Final = 4096  # as toki.check.adya.graph.fan_out
+
+
+class _Bail(Exception):
+    """The exact path must look at this history."""
+
+
+def clean_verdict(
+    batches: Iterable[Batch],
+    *,
+    models: Iterable[str],
+    anomalies: Iterable[str],
+    wfr_keys: bool,
+    sequential_keys: bool,
+    linearizable_keys: bool,
+) -> tuple[int, Verdict] | None:
+    """(transactions, verdict) when the exact path would find nothing in the history the
+    batches hold, else None. Register options do not matter: list keys are never inferred
+    from them."""
+    ms, _, process, realtime = plan(models, anomalies)
+    try:
+        with gc_paused():  # millions of small containers, none of them cyclic
+            cols = _read(batches)
+            if not _acyclic(cols, process, realtime):
+                return None
+    except (_Bail, HistoryFormatError, OverflowError):
+        return None
+    return cols.count, Verdict(
+        True,
+        {},
+        [],
+        [],
+        ms,
+        "list-append",
+        process,
+        realtime,
+        options(wfr_keys, sequential_keys, linearizable_keys),
+        {},
+    )
+
+
+class _Cols:
+    """What the pass over the operations collects. Nodes are committed or in-doubt txns."""
+
+    def __init__(self) -> None:
+        self.count = 0  # transactions, aborted ones included
+        self.ids: list[int] = []  # every transaction's :index
+        self.starts: list[int | None] = []
+        self.ends: list[int | None] = []
+        self.procs: list[Hashable] = []
+        self.oks: list[bool] = []
+        self.writer: dict[Any, dict[Any, int]] = {}  # key -> appended element -> node
+        self.failed: dict[Any, set[Any]] = {}  # key -> elements appended by aborted txns
+        self.longest: dict[Any, tuple[Any, ...]] = {}  # key -> longest read so far
+        self.intermediate: set[tuple[Any, Any]] = set()  # appends the same txn followed
+        self.lost: set[tuple[Any, Any]] = set()  # (key, version read) then appended
+        # external reads of committed txns: key, length, reader
+        self.rk: list[Any] = []
+        self.rl: list[int] = []
+        self.rn: list[int] = []
+        self.appends = False
+
+
+def _read(batches: Iterable[Batch]) -> _Cols:
+    """Pair invocations with completions (per process, first in first out, as
+    ``toki.check.elle``) and collect writers, reads and in-transaction facts."""
+    c = _Cols()
+    pending: dict[Hashable, deque[tuple[Any, int]]] = {}
+    for _, data in batches:
+        for r in data:
+            if type(r) is not _Record:
+                raise _Bail
+            proc = r.process
+            if proc == "nemesis" or proc == ":nemesis":
+                continue
+            index = r.index
+            if index is None or proc is None or (r.f is not None and r.f != "txn"):
+                raise _Bail
+            typ = r.type
+            if typ == "invoke":
+                q = pending.get(proc)
+                if q is None:
+                    q = pending[proc] = deque()
+                q.append((r.value, index))
+                continue
+            if typ != "ok" and typ != "fail" and typ != "info":
+                raise _Bail
+            q = pending.get(proc)
+            value, start = q.popleft() if q else (None, None)
+            if r.value is not None:
+                value = r.value
+            _txn(c, typ, value, index, start, proc)
+    for p, waiting in pending.items():  # never completed: in doubt
+        for value, index in waiting:
+            _txn(c, "info", value, index, index, p)
+    return c
+
+
+def _txn(c: _Cols, status: str, value: Any, index: int, start: int | None, proc: Any) -> None:
+    """One transaction into the columns (the exact path's ``scan``, for r and append)."""
+    if value is None:
+        raise _Bail
+    c.count += 1
+    c.ids.append(index)
+    if status == "fail":
+        failed = c.failed
+        for f, k, v in value:
+            if f == "append":
+                if v is None or type(v) is tuple:
+                    raise _Bail
+                fs = failed.get(k)
+                if fs is None:
+                    failed[k] = {v}
+                else:
+                    fs.add(v)
+                c.appends = True
+            elif f != "r":
+                raise _Bail
+        return
+    ok = status == "ok"
+    node = len(c.oks)
+    c.oks.append(ok)
+    c.starts.append(start)
+    c.ends.append(index if ok else None)
+    c.procs.append(proc)
+    n = len(value)
+    if n > 1 and (value[0][1] == value[1][1] if n == 2 else len({m[1] for m in value}) != n):
+        _txn_sharing_keys(c, ok, value, node)
+        return
+    writer, longest = c.writer, c.longest
+    for f, k, v in value:
+        if f == "r":
+            if not ok:
+                continue
+            if type(v) is not tuple:
+                raise _Bail
+            cur = longest.get(k)
+            if cur is None:
+                longest[k] = v
+            elif len(v) <= len(cur):
+                if (cur if len(v) == len(cur) else cur[: len(v)]) != v:
+                    raise _Bail
+            elif v[: len(cur)] != cur:
+                raise _Bail
+            else:
+                longest[k] = v
+            c.rk.append(k)
+            c.rl.append(len(v))
+            c.rn.append(node)
+        elif f == "append":
+            if v is None or type(v) is tuple:
+                raise _Bail
+            wd = writer.get(k)
+            if wd is None:
+                writer[k] = {v: node}
+            elif v in wd:
+                raise _Bail
+            else:
+                wd[v] = node
+            c.appends = True
+        else:
+            raise _Bail
+
+
+def _seen(c: _Cols, k: Any, v: tuple[Any, ...]) -> None:
+    """A read must be a prefix of the longest read of its key, or extend it."""
+    cur = c.longest.get(k)
+    if cur is None or (len(v) > len(cur) and v[: len(cur)] == cur):
+        c.longest[k] = v
+    elif cur[: len(v)] != v:
+        raise _Bail
+
+
+def _txn_sharing_keys(c: _Cols, ok: bool, value: Any, node: int) -> None:
+    """A transaction touching one key more than once: ``scan``'s internal checks (internal,
+    future-read), intermediate appends and lost-update candidates, bailing on any finding."""
+    writer = c.writer
+    own: dict[Any, Any] = {}  # key -> last element this txn appended
+    ext: dict[Any, tuple[Any, ...]] = {}  # key -> first external read
+    expect: dict[Any, tuple[Any, ...]] = {}  # key -> what this txn must read next
+    reads: dict[Any, tuple[Any, ...]] = {}  # key -> longest read (the others are prefixes)
+    for f, k, v in value:
+        if f == "r":
+            if not ok:
+                continue
+            if type(v) is not tuple:
+                raise _Bail
+            if k in expect and _internal_violation(expect[k], v):
+                raise _Bail
+            _seen(c, k, v)
+            if k not in own:
+                c.rk.append(k)
+                c.rl.append(len(v))
+                c.rn.append(node)
+                ext.setdefault(k, v)
+            if len(v) > len(reads.get(k, ())):
+                reads[k] = v
+            expect[k] = ("L", v, ()) if k in writer else ("R", v)
+            continue
+        if f != "append" or v is None or type(v) is tuple:
+            raise _Bail
+        c.appends = True
+        wd = writer.get(k)
+        if wd is None:
+            wd = writer[k] = {}
+        elif v in wd:
+            raise _Bail
+        wd[v] = node
+        if ok and v in reads.get(k, ()):
+            raise _Bail  # future-read
+        if k in own:
+            c.intermediate.add((k, own[k]))
+        elif k in ext and ok:
+            seen = ext[k]
+            ver = (k, seen[-1] if seen else None)
+            if ver in c.lost:
+                raise _Bail  # lost-update
+            c.lost.add(ver)
+        own[k] = v
+        prev = expect.get(k)
+        if prev is None:
+            expect[k] = ("L", None, (v,))
+        elif prev[0] == "L":
+            expect[k] = ("L", prev[1], (*prev[2], v))
+        elif prev[1] is None or type(prev[1]) is tuple:
+            expect[k] = ("L", prev[1] or (), (v,))
+        else:
+            expect[k] = ("L", None, (v,))
+
+
+def _acyclic(c: _Cols, process: bool, realtime: bool) -> bool:
+    """Build the graph as arrays; True when it has edges and no cycle, and no read, order or
+    write gives the exact path anything to report."""
+    if not c.appends or len(np.unique(np.array(c.ids, dtype=np.int64))) != len(c.ids):
+        raise _Bail  # no appends: not this workload; a repeated :index: an error
+    oks = c.oks
+    n = len(oks)
+    kid: dict[Any, int] = {}
+    w: list[int] = []  # writer of each position of each key's order, keys one after another
+    offsets: list[int] = []
+    lengths: list[int] = []
+    tails: dict[int, list[int]] = {}  # key id -> committed appends no read saw
+    inter = c.intermediate
+    inter_keys = {k for k, _ in inter}
+    inter_at: list[int] = []  # positions holding an intermediate append
+    for k, wd in c.writer.items():
+        order = c.longest.get(k, ())
+        if not order and len(wd) == 1:  # appended to once, never read (Elle's rule)
+            ((e, wn),) = wd.items()
+            if oks[wn]:
+                order = (e,)
+        if len(set(order)) != len(order):
+            raise _Bail  # duplicate-elements
+        fs = c.failed.get(k)
+        if fs is not None and not fs.isdisjoint(order):
+            raise _Bail  # G1a or dirty-update
+        i = kid[k] = len(offsets)
+        offsets.append(len(w))
+        lengths.append(len(order))
+        ws = [wd.get(e, -1) for e in order]
+        w += ws
+        if k in inter_keys:
+            inter_at += [offsets[i] + j for j, e in enumerate(order) if (k, e) in inter]
+        if len(wd) > len(ws) - ws.count(-1):
+            placed = set(order)
+            tail = [
+                wn for e, wn in wd.items() if e not in placed and (k, e) not in inter and oks[wn]
+            ]
+            if tail:
+                tails[i] = tail
+    for k in c.longest:
+        if k not in kid and c.longest[k]:
+            raise _Bail  # a non-empty read of a key nobody appended to: garbage or G1a
+    wa = np.array(w, dtype=np.int64)
+    off = np.array(offsets, dtype=np.int64)
+    olen = np.array(lengths, dtype=np.int64)
+    srcs: list[np.ndarray] = []
+    dsts: list[np.ndarray] = []
+    # ww along each order
+    if len(wa) > 1:
+        inside = np.ones(len(wa), dtype=bool)
+        inside[off[off < len(wa)]] = False  # a key's first position follows another key's last
+        a, b = wa[:-1], wa[1:]
+        m = inside[1:] & (a >= 0) & (b >= 0) & (a != b)
+        srcs.append(a[m])
+        dsts.append(b[m])
+    # external reads: wr from the writer of the last element, rw to the writer of the next
+    rk = np.array([kid.get(k, -1) for k in c.rk], dtype=np.int64)
+    rl = np.array(c.rl, dtype=np.int64)
+    rn = np.array(c.rn, dtype=np.int64)
+    listed = rk >= 0
+    rk, rl, rn = rk[listed], rl[listed], rn[listed]
+    base = off[rk] + rl
+    saw = rl > 0
+    at = base[saw] - 1
+    if inter_at and np.isin(at, np.array(inter_at, dtype=np.int64)).any():
+        raise _Bail  # G1b: a read ending in an append its txn then followed
+    wn = wa[at]
+    m = (wn >= 0) & (wn != rn[saw])
+    srcs.append(wn[m])
+    dsts.append(rn[saw][m])
+    more = rl < olen[rk]
+    nw = wa[base[more]]
+    m = (nw >= 0) & (nw != rn[more])
+    srcs.append(rn[more][m])
+    dsts.append(nw[m])
+    hubs = 0
+    if tails:
+        last = ~more
+        tail_readers: dict[int, list[int]] = {}
+        for k, node in zip(rk[last].tolist(), rn[last].tolist(), strict=True):
+            if k in tails:
+                tail_readers.setdefault(k, []).append(node)
+        extra_s: list[int] = []
+        extra_d: list[int] = []
+        for k, tail in tails.items():
+            if lengths[k] and w[offsets[k] + lengths[k] - 1] >= 0:  # ww to each unread append
+                prev = w[offsets[k] + lengths[k] - 1]
+                for t in tail:
+                    if t != prev:
+                        extra_s.append(prev)
+                        extra_d.append(t)
+            readers = tail_readers.get(k, [])
+            if not readers:
+                continue
+            if len(readers) * len(tail) <= _HUB_FANOUT:
+                plain, direct = [], readers
+            else:
+                wset = set(tail)
+                plain = [r for r in readers if r not in wset]
+                direct = [r for r in readers if r in wset]
+            for r in direct:
+                for t in tail:
+                    if t != r:
+                        extra_s.append(r)
+                        extra_d.append(t)
+            if plain:  # reader -> hub -> each unread append, as fan_out does
+                hub = n + hubs
+                hubs += 1
+                extra_s += plain + [hub] * len(tail)
+                extra_d += [hub] * len(plain) + tail
+        srcs.append(np.array(extra_s, dtype=np.int64))
+        dsts.append(np.array(extra_d, dtype=np.int64))
+    if process:
+        s, d = _process_pairs(c)
+        srcs.append(s)
+        dsts.append(d)
+    if realtime:
+        s, d = realtime_pairs(c.ids, c.starts, c.ends)  # (ids only name a bad txn: we bail)
+        srcs.append(s)
+        dsts.append(d)
+    src = np.concatenate(srcs)
+    dst = np.concatenate(dsts)
+    if not len(src):
+        raise _Bail  # an empty graph is something the verdict reports
+    size = n + hubs
+    g = csr_matrix((np.ones(len(src), dtype=np.int8), (src, dst)), shape=(size, size))
+    _, labels = connected_components(g, directed=True, connection="strong")
+    return bool(np.bincount(labels).max() == 1)
+
+
+def _process_pairs(c: _Cols) -> tuple[np.ndarray, np.ndarray]:
+    """Each process's committed txns in order (start index, else node), as process_edges."""
+    pid: dict[Hashable, int] = {}
+    procs = np.array([pid.setdefault(p, len(pid)) for p in c.procs], dtype=np.int64)
+    node = np.arange(len(c.oks), dtype=np.int64)
+    when = np.array([i if s is None else s for i, s in enumerate(c.starts)], dtype=np.int64)
+    ok = np.array(c.oks, dtype=bool)
+    procs, node, when = procs[ok], node[ok], when[ok]
+    order = np.lexsort((node, when, procs))
+    procs, node = procs[order], node[order]
+    same = procs[1:] == procs[:-1]
+    return node[:-1][same], node[1:][same]
