@@ -9,15 +9,17 @@ import json
 import random
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.check.elle_differential import DATA, cases
+from toki.check import columnar
 from toki.check.adya import analyse, verdict
 from toki.check.adya.graph import realtime_order, realtime_pairs
-from toki.check.columnar import clean_verdict
+from toki.check.columnar import clean_verdict, json_batches
 from toki.check.elle import _json_batches, check_file, load, parse_json
 from toki.errors import HistoryFormatError
 
@@ -161,10 +163,28 @@ def _jsonl(ops: list[Any]) -> str:
     return "".join(json.dumps(op) + "\n" for op in ops)
 
 
+def _array(ops: list[Any]) -> str:
+    """elle-cli's layout: one JSON array, one op per line."""
+    return "[" + ",\n ".join(json.dumps(op) for op in ops) + "]\n"
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(0, 25), block=st.integers(1, 400))
+def test_byte_blocks_read_what_the_line_reader_reads(seed: int, n: int, block: int) -> None:
+    """The columnar reader (whole lines of bytes, any block size) decodes the same records
+    as the exact path's line reader, in both JSON layouts."""
+    ops = elle_ops(seed, n, 0.2)
+    for text in (_jsonl(ops), _array(ops), "\n\n" + _jsonl(ops) + "\n"):
+        want = [op for _, d in _json_batches(io.StringIO(text), "h", lambda t=text: t) for op in d]
+        with patch.object(columnar, "_BLOCK", block):
+            got = [op for _, d in json_batches(io.BytesIO(text.encode())) for op in d]
+        assert got == want
+
+
 def _both(text: str, models: tuple[str, ...]) -> tuple[Any, Any, int]:
     """(columnar answer or None, exact verdict, exact transaction count)."""
     fast = clean_verdict(
-        _json_batches(io.StringIO(text), "h.jsonl", lambda: text),
+        json_batches(io.BytesIO(text.encode())),
         models=models,
         anomalies=(),
         wfr_keys=False,
@@ -191,7 +211,8 @@ def test_columnar_answers_only_what_the_exact_path_says(
 ) -> None:
     """Whenever the columnar path answers, the exact path found nothing at all and gives the
     same verdict, field for field; when the exact path finds anything, it does not answer."""
-    text = _jsonl(elle_ops(seed, n, faults, keys=keys))
+    ops = elle_ops(seed, n, faults, keys=keys)
+    text = _jsonl(ops) if seed % 2 else _array(ops)
     fast, exact, count = _both(text, models)
     if exact is None:  # the exact path refuses the history: so must the columnar one
         assert fast is None

@@ -107,7 +107,7 @@ def check_file(
     """``verdict(load(path))``, faster: the columnar path (``toki.check.columnar``) decides
     histories it can prove clean in one streaming pass; every other history (anomalous,
     unusual, malformed) is loaded and checked by the exact path, which explains it."""
-    from toki.check.columnar import clean_verdict
+    from toki.check.columnar import clean_verdict, json_batches
     from toki.history import detect_format
 
     p = Path(path)
@@ -121,13 +121,14 @@ def check_file(
     }
     if fmt in ("elle-edn", "elle-json"):
         try:
-            with p.open(encoding="utf-8") as fh:
-                batches = (
-                    _edn_batches(fh, str(p))
-                    if fmt == "elle-edn"
-                    else _json_batches(fh, str(p), lambda: p.read_text("utf-8"))
-                )
-                clean = clean_verdict(batches, models=models, anomalies=anomalies, **opts)
+            if fmt == "elle-edn":
+                with p.open(encoding="utf-8") as fh:
+                    batches = _edn_batches(fh, str(p))
+                    clean = clean_verdict(batches, models=models, anomalies=anomalies, **opts)
+            else:
+                with p.open("rb") as raw:
+                    batches = json_batches(raw)
+                    clean = clean_verdict(batches, models=models, anomalies=anomalies, **opts)
         except (OSError, UnicodeDecodeError, HistoryFormatError):
             clean = None  # the exact path says what is wrong
         if clean is not None:
