@@ -140,10 +140,20 @@ class _Cols:
 
 def _read(batches: Iterable[Batch]) -> _Cols:
     """Pair invocations with completions (per process, first in first out, as
-    ``toki.check.elle``) and collect writers, reads and in-transaction facts."""
+    ``toki.check.elle``) and collect each transaction's writes, reads and in-transaction
+    facts (the exact path's ``scan``, for r and append; the common case inline)."""
     c = _Cols()
-    pending: dict[Hashable, deque[tuple[Any, int]]] = {}
-    for _, data in batches:
+    pending: dict[Any, deque[tuple[Any, int]]] = {}
+    writer, longest, failed = c.writer, c.longest, c.failed
+    ids_add, oks_add, starts_add, ends_add = (
+        c.ids.append,
+        c.oks.append,
+        c.starts.append,
+        c.ends.append,
+    )
+    procs_add, rk_add, rl_add, rn_add = c.procs.append, c.rk.append, c.rl.append, c.rn.append
+    node = -1
+    for _, data in _and_in_doubt(batches, pending):
         for r in data:
             if type(r) is not _Record:
                 raise _Bail
@@ -160,85 +170,96 @@ def _read(batches: Iterable[Batch]) -> _Cols:
                     q = pending[proc] = deque()
                 q.append((r.value, index))
                 continue
-            if typ != "ok" and typ != "fail" and typ != "info":
-                raise _Bail
             q = pending.get(proc)
             value, start = q.popleft() if q else (None, None)
             if r.value is not None:
                 value = r.value
-            _txn(c, typ, value, index, start, proc)
-    for p, waiting in pending.items():  # never completed: in doubt
-        for value, index in waiting:
-            _txn(c, "info", value, index, index, p)
+            if value is None or start == NONE:
+                raise _Bail
+            ids_add(index)
+            if typ == "fail":
+                for f, k, v in value:
+                    if f == "append":
+                        if v is None or type(v) is tuple:
+                            raise _Bail
+                        fs = failed.get(k)
+                        if fs is None:
+                            failed[k] = {v}
+                        else:
+                            fs.add(v)
+                        c.appends = True
+                    elif f != "r":
+                        raise _Bail
+                continue
+            ok = typ == "ok"
+            if not ok and typ != "info":
+                raise _Bail
+            node += 1
+            oks_add(ok)
+            starts_add(NONE if start is None else start)
+            ends_add(index if ok else NONE)
+            procs_add(proc)
+            n = len(value)
+            if n > 1 and (
+                value[0][1] == value[1][1] if n == 2 else len({m[1] for m in value}) != n
+            ):
+                _txn_sharing_keys(c, ok, value, node)
+                continue
+            for f, k, v in value:
+                if f == "r":
+                    if not ok:
+                        continue
+                    if type(v) is not tuple:
+                        raise _Bail
+                    n = len(v)
+                    cur = longest.get(k)
+                    if cur is None:
+                        longest[k] = v
+                    elif n == len(cur):
+                        if cur != v:
+                            raise _Bail
+                    elif n < len(cur):
+                        if cur[:n] != v:
+                            raise _Bail
+                    elif v[: len(cur)] != cur:
+                        raise _Bail
+                    else:
+                        longest[k] = v
+                    rk_add(k)
+                    rl_add(n)
+                    rn_add(node)
+                elif f == "append":
+                    if v is None or type(v) is tuple:
+                        raise _Bail
+                    wd = writer.get(k)
+                    if wd is None:
+                        writer[k] = {v: node}
+                    elif v in wd:
+                        raise _Bail
+                    else:
+                        wd[v] = node
+                else:
+                    raise _Bail
+    c.appends = c.appends or bool(writer)
+    c.count = len(c.ids)
     return c
 
 
-def _txn(c: _Cols, status: str, value: Any, index: int, start: int | None, proc: Any) -> None:
-    """One transaction into the columns (the exact path's ``scan``, for r and append)."""
-    if value is None:
-        raise _Bail
-    c.count += 1
-    c.ids.append(index)
-    if status == "fail":
-        failed = c.failed
-        for f, k, v in value:
-            if f == "append":
-                if v is None or type(v) is tuple:
-                    raise _Bail
-                fs = failed.get(k)
-                if fs is None:
-                    failed[k] = {v}
-                else:
-                    fs.add(v)
-                c.appends = True
-            elif f != "r":
-                raise _Bail
-        return
-    ok = status == "ok"
-    node = len(c.oks)
-    c.oks.append(ok)
-    if start == NONE:
-        raise _Bail
-    c.starts.append(NONE if start is None else start)
-    c.ends.append(index if ok else NONE)
-    c.procs.append(proc)
-    n = len(value)
-    if n > 1 and (value[0][1] == value[1][1] if n == 2 else len({m[1] for m in value}) != n):
-        _txn_sharing_keys(c, ok, value, node)
-        return
-    writer, longest = c.writer, c.longest
-    for f, k, v in value:
-        if f == "r":
-            if not ok:
-                continue
-            if type(v) is not tuple:
-                raise _Bail
-            cur = longest.get(k)
-            if cur is None:
-                longest[k] = v
-            elif len(v) <= len(cur):
-                if (cur if len(v) == len(cur) else cur[: len(v)]) != v:
-                    raise _Bail
-            elif v[: len(cur)] != cur:
-                raise _Bail
-            else:
-                longest[k] = v
-            c.rk.append(k)
-            c.rl.append(len(v))
-            c.rn.append(node)
-        elif f == "append":
-            if v is None or type(v) is tuple:
-                raise _Bail
-            wd = writer.get(k)
-            if wd is None:
-                writer[k] = {v: node}
-            elif v in wd:
-                raise _Bail
-            else:
-                wd[v] = node
-            c.appends = True
-        else:
-            raise _Bail
+def _and_in_doubt(
+    batches: Iterable[Batch], pending: dict[Any, deque[tuple[Any, int]]]
+) -> Iterator[Batch]:
+    """The batches, then an ``info`` completion for each invocation still pending at the
+    end (in process order, as ``toki.check.elle`` appends them): it pairs with that
+    invocation, so the txn gets the invocation's value and index, as there."""
+    yield from batches
+    yield (
+        (),
+        [
+            _Record(type="info", process=p, index=index)
+            for p, waiting in pending.items()
+            for _, index in waiting
+        ],
+    )
 
 
 def _seen(c: _Cols, k: Any, v: tuple[Any, ...]) -> None:
@@ -278,7 +299,6 @@ def _txn_sharing_keys(c: _Cols, ok: bool, value: Any, node: int) -> None:
             continue
         if f != "append" or v is None or type(v) is tuple:
             raise _Bail
-        c.appends = True
         wd = writer.get(k)
         if wd is None:
             wd = writer[k] = {}
