@@ -154,14 +154,15 @@ def _read(batches: Iterable[Batch]) -> _Cols:
     procs_add, rk_add, rl_add, rn_add = c.procs.append, c.rk.append, c.rl.append, c.rn.append
     node = -1
     for _, data in _and_in_doubt(batches, pending):
+        if data and type(data[0]) is not _Record:
+            raise _Bail  # one decode made the batch: all typed records, or none
         for r in data:
-            if type(r) is not _Record:
-                raise _Bail
             proc = r.process
-            if proc == "nemesis" or proc == ":nemesis":
+            if type(proc) is str and (proc == "nemesis" or proc == ":nemesis"):
                 continue
             index = r.index
-            if index is None or proc is None or (r.f is not None and r.f != "txn"):
+            f = r.f
+            if index is None or proc is None or (f is not None and f != "txn"):
                 raise _Bail
             typ = r.type
             if typ == "invoke":
