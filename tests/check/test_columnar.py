@@ -295,3 +295,32 @@ def test_check_file_gives_the_exact_verdict_on_the_elle_corpus(
     assert checked.transactions == len(history.txns)
     if checked.path == "columnar":
         assert want.valid is True
+
+
+def _sequential(txns: list[list[list[Any]]]) -> list[dict[str, Any]]:
+    """One process after another, each txn completing before the next begins."""
+    ops: list[dict[str, Any]] = []
+    for i, value in enumerate(txns):
+        ops.append({"index": 2 * i, "type": "invoke", "process": i % 7, "value": value})
+        ops.append({"index": 2 * i + 1, "type": "ok", "process": i % 7, "value": value})
+    return ops
+
+
+@pytest.mark.parametrize("late_reader", [False, True])
+def test_many_readers_of_the_last_version_go_through_a_hub(late_reader: bool) -> None:
+    """70 readers of x=[1] and 70 appends nobody read: 4,900 rw pairs, more than the hub
+    threshold, so both paths route them through one hub node. A reader that begins after
+    the unread appends completed closes a cycle (realtime, then rw back through the hub)."""
+    txns = [[["append", "x", 1]]]
+    txns += [[["r", "x", [1]]] for _ in range(70)]
+    txns += [[["append", "x", v]] for v in range(2, 72)]
+    txns += [[["r", "y", []], ["append", "y", 1]], [["r", "y", [1]]]]  # y: no tail
+    if late_reader:
+        txns.append([["r", "x", [1]]])
+    fast, exact, count = _both(_jsonl(_sequential(txns)), ("strict-serializable",))
+    assert exact is not None
+    if late_reader:
+        assert exact.valid is False and fast is None
+    else:
+        assert exact.valid is True and fast is not None
+        assert fast[1].to_json() == exact.to_json() and fast[0] == count
