@@ -14,8 +14,9 @@ verdict says; the property tests in ``tests/check/test_columnar.py`` hold it to 
 
 How it stays linear: every read must be a prefix of the longest read of its key (checked
 as reads arrive, against the longest so far), so a read is kept as (key, length, reader)
-only, and the version order of a key is its longest read. Writers of each position, the
-ww/wr/rw edges and the real-time edges (``realtime_pairs``) are then array operations.
+only, and the version order of a key is its longest read. Writers of each position and
+the ww/wr/rw edges are then array operations; real-time order is a chain of start/end
+event nodes (O(n) edges, the reachability of Elle's transitively reduced order).
 """
 
 from __future__ import annotations
@@ -30,15 +31,14 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from toki.check.adya.graph import gc_paused
-from toki.check.adya.scan import _internal_violation
+from toki.check.adya.graph import HUB_FANOUT, gc_paused
+from toki.check.adya.scan import internal_violation
 from toki.check.adya.verdict import Verdict, options, plan
 from toki.check.elle import Batch, _Record
 from toki.errors import HistoryFormatError
 
 __all__ = ["clean_verdict", "json_batches"]
 
-_HUB_FANOUT: Final = 4096  # as toki.check.adya.graph.fan_out
 NONE: Final = -(2**63)  # no index (an :index this low is handed to the exact path)
 
 
@@ -286,7 +286,7 @@ def _txn_sharing_keys(c: _Cols, ok: bool, value: Any, node: int) -> None:
                 continue
             if type(v) is not tuple:
                 raise _Bail
-            if k in expect and _internal_violation(expect[k], v):
+            if k in expect and internal_violation(expect[k], v):
                 raise _Bail
             _seen(c, k, v)
             if k not in own:
@@ -431,7 +431,7 @@ def _acyclic(c: _Cols, process: bool, realtime: bool) -> bool:
             readers = tail_readers.get(k, [])
             if not readers:
                 continue
-            if len(readers) * len(tail) <= _HUB_FANOUT:
+            if len(readers) * len(tail) <= HUB_FANOUT:
                 plain, direct = [], readers
             else:
                 wset = set(tail)

@@ -33,6 +33,7 @@ import msgspec
 
 from toki.check import edn
 from toki.check.adya.checker import DEFAULT_BUDGET
+from toki.check.adya.graph import gc_paused
 from toki.check.adya.history import History, Op, OpKind, Txn
 from toki.check.adya.verdict import Verdict, verdict
 from toki.errors import HistoryFormatError
@@ -75,7 +76,7 @@ def load(path: str | Path, fmt: str | None = None) -> History:
     if fmt not in ("elle-edn", "elle-json"):
         raise HistoryFormatError(str(p), f"is a {fmt} file, not an Elle history")
     try:
-        with p.open(encoding="utf-8") as fh:
+        with p.open(encoding="utf-8") as fh, gc_paused():  # millions of acyclic objects
             if fmt == "elle-edn":
                 return _build(_edn_entries(fh, str(p)), str(p))
             return _build(_json_entries(fh, str(p), lambda: p.read_text("utf-8")), str(p))
