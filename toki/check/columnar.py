@@ -465,7 +465,8 @@ def _acyclic(c: _Cols, process: bool, realtime: bool) -> bool:
         raise _Bail  # an empty graph is something the verdict reports
     src = np.concatenate(srcs)
     dst = np.concatenate(dsts)
-    g = csr_matrix((np.ones(len(src), dtype=np.int8), (src, dst)), shape=(size, size))
+    # float64 weights: the type the search works in, so it need not convert a copy
+    g = csr_matrix((np.ones(len(src)), (src, dst)), shape=(size, size))
     _, labels = connected_components(g, directed=True, connection="strong")
     return bool(np.bincount(labels).max() == 1)
 

@@ -247,7 +247,7 @@ def cyclic_edges(n: int, src: array[int], dst: array[int]) -> tuple[list[int], n
         return [], np.zeros(n, dtype=np.int64)
     s = np.frombuffer(src, dtype=np.int32)
     d = np.frombuffer(dst, dtype=np.int32)
-    m = csr_matrix((np.ones(len(s), dtype=np.int8), (s, d)), shape=(n, n))
+    m = csr_matrix((np.ones(len(s)), (s, d)), shape=(n, n))  # float64: no converted copy
     _, labels = connected_components(m, directed=True, connection="strong")
     sizes = np.bincount(labels)
     ls = labels[s]
