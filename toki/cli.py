@@ -388,19 +388,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
     }
     if fmt == "toki":
         return _check_toki(args, models, extra, options)
-    from toki.check.adya import verdict, workload
-    from toki.check.elle import load
+    from toki.check.elle import check_file
 
-    history = load(args.file, fmt)
-    found = workload(history)
-    if args.workload != "auto" and found not in (args.workload, "empty"):
+    checked = check_file(args.file, fmt, models=models, anomalies=extra, **options)
+    v = checked.verdict
+    if args.workload != "auto" and v.workload not in (args.workload, "empty"):
         raise InvalidInput(
-            "--workload", f"the history is {found}, not {args.workload}", "drop --workload"
+            "--workload", f"the history is {v.workload}, not {args.workload}", "drop --workload"
         )
-    v = verdict(history, models=models, anomalies=extra, **options)
     if args.json:
         _print_json(
-            {"file": args.file, "format": fmt, "transactions": len(history.txns), **v.to_json()}
+            {"file": args.file, "format": fmt, "transactions": checked.transactions, **v.to_json()}
         )
     else:
         graphs = " + ".join(
@@ -414,7 +412,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             ]
         )
         print(
-            f"{args.file}: {fmt}, {v.workload}, {len(history.txns):,} transactions; "
+            f"{args.file}: {fmt}, {v.workload}, {checked.transactions:,} transactions; "
             f"checked for {', '.join(v.models)} ({graphs})"
         )
         print(v.render(args.limit))
