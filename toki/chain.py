@@ -13,13 +13,21 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from toki.errors import IntegrityError, InvalidInput
 from toki.log import Event
 
-__all__ = ["GENESIS", "ChainCheck", "Digest", "VerifyReport", "link", "verify"]
+__all__ = [
+    "GENESIS",
+    "ChainCheck",
+    "Digest",
+    "VerifyReport",
+    "check_seal",
+    "link",
+    "verify",
+]
 
 GENESIS = ""
 """The link before the first event."""
@@ -129,20 +137,61 @@ class VerifyReport:
         return text
 
 
+def check_seal(where: str, events: Sequence[Event], seal: Digest | None) -> None:
+    """Refuse a downgraded chain (issue #36): once a store is chained it keeps a seal, the
+    (seq, link) of its last chained event, in its meta table, written with every append.
+    An event without a link after that, a log that ends before the seal's seq, or a link at
+    that seq other than the sealed one is an IntegrityError. Without a seal (a log written
+    before toki chained) an unlinked event whose payload pins its per-key seq (`_key_seq`,
+    which only chaining toki writes) had its link stripped. `events`: in seq order, with
+    their stored links; the links themselves are checked against the events by ChainCheck."""
+    for event in events:
+        if event.chain is None and (seal is not None or "_key_seq" in event.body):
+            raise IntegrityError(
+                f"{where}: event seq {event.seq} has no chain link although the store "
+                f"{'is sealed at ' + str(seal.seq) if seal else 'chained it when written'} "
+                f"(its link was removed outside toki: a chain-strip downgrade); {_ADVICE}"
+            )
+    if seal is None:
+        return
+    last = events[-1].seq if events else 0
+    at = events[seal.seq - 1] if 0 < seal.seq <= len(events) else None  # seqs dense from 1
+    if at is not None and at.seq == seal.seq and hmac.compare_digest(at.chain or "", seal.head):
+        return
+    walk = ChainCheck(where)  # a gap or a link that does not fit names its seq first
+    for event in events:
+        walk.add(event, event.chain)
+    if last < seal.seq:
+        raise IntegrityError(
+            f"{where}: the log ends at seq {last}, before seq {seal.seq} that the store's "
+            f"chain seal records: events were deleted; {_ADVICE}"
+        )
+    raise IntegrityError(
+        f"{where}: the chain link at seq {seal.seq} is not the one the store's chain seal "
+        f"records (the log was rewritten or renumbered below its sealed head); {_ADVICE}"
+    )
+
+
 def verify(
     where: str,
     events: Iterable[tuple[Event, str | None]],
     *,
     digest: Digest | None = None,
     key: bytes | None = None,
+    seal: Digest | None = None,
+    sealed_store: bool = False,
 ) -> VerifyReport:
     """Walk (event, stored link) pairs in seq order and check seqs, stored links and, given
-    a digest saved earlier (keyed if `key`), that the log up to its seq is unchanged."""
+    a digest saved earlier (keyed if `key`), that the log up to its seq is unchanged.
+    sealed_store: the store keeps links and a seal, so `check_seal` applies (no downgrade)."""
     check = ChainCheck(where, key)
     n = 0
     at_digest: Digest | None = None
     try:
-        for event, stored in events:
+        pairs = list(events)
+        if sealed_store:
+            check_seal(where, [e for e, _ in pairs], seal)
+        for event, stored in pairs:
             check.add(event, stored)
             n += 1
             if digest is not None and event.seq == digest.seq:

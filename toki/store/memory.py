@@ -11,6 +11,7 @@ from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 
+from toki.chain import Digest
 from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
@@ -83,6 +84,11 @@ class InMemoryStore:
     def load_state(self) -> tuple[list[Event], list[Event], int, dict[FactKey, KeySummary]]:
         with self._lock:
             return list(self._events), [], self._watermark, dict(self._projection)
+
+    def load_log(self) -> tuple[list[Event], Digest | None]:
+        """Every event and the chain seal (none: this store keeps no links to strip)."""
+        with self._lock:
+            return list(self._events), None
 
     def append_consumption(self, rows: Sequence[tuple[str, str, str, str]]) -> None:
         """Append (record id, consumer, read_at, payload) rows; a known id is a no-op."""

@@ -27,13 +27,20 @@ from psycopg import sql
 from psycopg.types.range import Range
 
 from toki.canonical import canonical_json, digest
-from toki.chain import GENESIS, link
-from toki.errors import ConstraintViolation, IntegrityError, StoreError, WriteConflict
+from toki.chain import GENESIS, Digest, check_seal, link
+from toki.errors import (
+    ConstraintViolation,
+    IntegrityError,
+    InvalidInput,
+    StoreError,
+    WriteConflict,
+)
 from toki.isolation import Isolation
 from toki.log import Event, EventKind
 from toki.model import FactKey
 from toki.replay import KeySummary
 from toki.store.base import EVENT_COLUMNS, LOG_COLUMNS, Plan, events_from_rows
+from toki.store.pg_schema import MIGRATIONS, SCHEMA_VERSION
 from toki.time import format_instant, parse_instant
 
 __all__ = ["DEFAULT_DSN", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStore", "default_dsn"]
@@ -80,214 +87,6 @@ def mask_dsn(dsn: str) -> str:
     return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", masked)
 
 
-# ------------------------------------------------------------------------------ migrations
-
-_M1 = """
-CREATE TABLE IF NOT EXISTS toki_event (
-    seq          bigint PRIMARY KEY,
-    key_seq      bigint NOT NULL,
-    kind         text NOT NULL,
-    tenant       text NOT NULL,
-    subject      text NOT NULL,
-    scope_kind   text NOT NULL,
-    scope_key    text NOT NULL,
-    fact_key     text NOT NULL,
-    recorded_at  timestamptz NOT NULL,
-    version_ids  text[] NOT NULL,
-    payload      text NOT NULL,
-    payload_hash text NOT NULL,
-    event_id     text NOT NULL UNIQUE,
-    UNIQUE (tenant, subject, scope_kind, scope_key, fact_key, key_seq)
-);
-CREATE INDEX IF NOT EXISTS toki_event_recorded ON toki_event (recorded_at);
-
-CREATE TABLE IF NOT EXISTS toki_version (
-    id           text PRIMARY KEY,
-    tenant       text NOT NULL,
-    subject      text NOT NULL,
-    scope_kind   text NOT NULL,
-    scope_key    text NOT NULL,
-    fact_key     text NOT NULL,
-    value        jsonb,
-    value_json   text NOT NULL,
-    valid_during tstzrange NOT NULL,
-    recorded_at  timestamptz NOT NULL,
-    source_id    text NOT NULL,
-    source_hash  text NOT NULL,
-    supersedes   text,
-    weight       double precision NOT NULL,
-    event_seq    bigint NOT NULL REFERENCES toki_event (seq)
-);
-CREATE INDEX IF NOT EXISTS toki_version_key
-    ON toki_version USING gist (tenant, subject, scope_kind, scope_key, fact_key, valid_during);
-
-CREATE OR REPLACE FUNCTION toki_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION '% is append-only: % is not allowed', TG_TABLE_NAME, TG_OP
-        USING ERRCODE = 'restrict_violation';
-END $$;
-CREATE OR REPLACE TRIGGER toki_event_append_only BEFORE UPDATE OR DELETE ON toki_event
-    FOR EACH ROW EXECUTE FUNCTION toki_append_only();
-CREATE OR REPLACE TRIGGER toki_event_no_truncate BEFORE TRUNCATE ON toki_event
-    FOR EACH STATEMENT EXECUTE FUNCTION toki_append_only();
-CREATE OR REPLACE TRIGGER toki_version_append_only BEFORE UPDATE OR DELETE ON toki_version
-    FOR EACH ROW EXECUTE FUNCTION toki_append_only();
-CREATE OR REPLACE TRIGGER toki_version_no_truncate BEFORE TRUNCATE ON toki_version
-    FOR EACH STATEMENT EXECUTE FUNCTION toki_append_only();
-
-CREATE TABLE IF NOT EXISTS toki_current (
-    tenant         text NOT NULL,
-    subject        text NOT NULL,
-    scope_kind     text NOT NULL,
-    scope_key      text NOT NULL,
-    fact_key       text NOT NULL,
-    value_hash     text NOT NULL,
-    version_ids    text[] NOT NULL,
-    open_conflicts integer NOT NULL,
-    open_intervals integer NOT NULL,
-    PRIMARY KEY (tenant, subject, scope_kind, scope_key, fact_key)
-);
-
-CREATE TABLE IF NOT EXISTS toki_adjudicated (
-    tenant       text NOT NULL,
-    subject      text NOT NULL,
-    scope_kind   text NOT NULL,
-    scope_key    text NOT NULL,
-    fact_key     text NOT NULL,
-    ord          integer NOT NULL,
-    version_id   text NOT NULL,
-    value        jsonb,
-    value_json   text NOT NULL,
-    valid_during tstzrange NOT NULL,
-    PRIMARY KEY (tenant, subject, scope_kind, scope_key, fact_key, ord),
-    CONSTRAINT toki_adjudicated_no_contradiction EXCLUDE USING gist (
-        tenant WITH =, subject WITH =, scope_kind WITH =, scope_key WITH =, fact_key WITH =,
-        valid_during WITH &&, value_json WITH <>
-    )
-);
-"""
-
-
-def _migration_1(cur: psycopg.Cursor[Any]) -> None:
-    """Events, versions, the per-key summary and the adjudicated projection."""
-    _create_btree_gist(cur)
-    cur.execute(_M1)
-    cur.execute("INSERT INTO toki_meta VALUES ('watermark', '0') ON CONFLICT DO NOTHING")
-
-
-def _create_btree_gist(cur: psycopg.Cursor[Any]) -> None:
-    """btree_gist in `public` where the role may create there: an extension created while
-    toki's schema is first on the search_path lives in that schema, and `DROP SCHEMA …
-    CASCADE` of it then drops the extension and, with it, every other schema's EXCLUDE
-    constraint. A role without CREATE on public (PostgreSQL 15+ grants it to the database
-    owner only) gets it in toki's schema, as before. Two stores migrating at once may both
-    try to create it; the loser's unique violation is ignored."""
-    for statement in (
-        "CREATE EXTENSION IF NOT EXISTS btree_gist WITH SCHEMA public",
-        "CREATE EXTENSION IF NOT EXISTS btree_gist",
-    ):
-        try:
-            with cur.connection.transaction():  # a savepoint
-                cur.execute(statement.encode())
-            return
-        except (pg_errors.UniqueViolation, pg_errors.DuplicateObject):
-            return  # created concurrently by another migration
-        except pg_errors.InsufficientPrivilege:
-            continue
-    raise StoreError(
-        "btree_gist: this role may not create the extension, in public or in toki's schema "
-        "(CREATE EXTENSION btree_gist once as a database owner)"
-    )
-
-
-_M2 = """
-CREATE TABLE IF NOT EXISTS toki_head (
-    tenant     text NOT NULL,
-    subject    text NOT NULL,
-    scope_kind text NOT NULL,
-    scope_key  text NOT NULL,
-    fact_key   text NOT NULL,
-    pos        bigint NOT NULL,
-    PRIMARY KEY (tenant, subject, scope_kind, scope_key, fact_key)
-);
-INSERT INTO toki_head
-    SELECT tenant, subject, scope_kind, scope_key, fact_key, max(key_seq) FROM toki_event
-    GROUP BY tenant, subject, scope_kind, scope_key, fact_key
-ON CONFLICT DO NOTHING;
-CREATE TABLE IF NOT EXISTS toki_pending (
-    tick         bigint NOT NULL,
-    key_seq      bigint NOT NULL,
-    kind         text NOT NULL,
-    tenant       text NOT NULL,
-    subject      text NOT NULL,
-    scope_kind   text NOT NULL,
-    scope_key    text NOT NULL,
-    fact_key     text NOT NULL,
-    recorded_at  timestamptz NOT NULL,
-    version_ids  text[] NOT NULL,
-    payload      text NOT NULL,
-    payload_hash text NOT NULL,
-    event_id     text NOT NULL UNIQUE,
-    UNIQUE (tenant, subject, scope_kind, scope_key, fact_key, key_seq)
-);
-CREATE SEQUENCE IF NOT EXISTS toki_tick;
-ALTER TABLE toki_event ADD COLUMN IF NOT EXISTS chain text;
-ALTER TABLE toki_version ALTER COLUMN event_seq DROP NOT NULL,
-    DROP CONSTRAINT IF EXISTS toki_version_event_seq_fkey,
-    ADD COLUMN IF NOT EXISTS key_seq bigint;
-"""
-
-
-def _migration_2(cur: psycopg.Cursor[Any]) -> None:
-    """Concurrent writers: one head row per key, committed-but-unsequenced events, the
-    transaction tick, and the log's chain column (NULL for events logged before it)."""
-    cur.execute(_M2)
-
-
-_M3 = """
-ALTER TABLE toki_adjudicated ADD COLUMN IF NOT EXISTS value_digest text;
-UPDATE toki_adjudicated
-    SET value_digest = encode(sha256(convert_to(value_json, 'UTF8')), 'hex');
-ALTER TABLE toki_adjudicated ALTER COLUMN value_digest SET NOT NULL;
-ALTER TABLE toki_adjudicated DROP CONSTRAINT IF EXISTS toki_adjudicated_no_contradiction;
-ALTER TABLE toki_adjudicated ADD CONSTRAINT toki_adjudicated_no_contradiction EXCLUDE USING gist (
-    tenant WITH =, subject WITH =, scope_kind WITH =, scope_key WITH =, fact_key WITH =,
-    valid_during WITH &&, value_digest WITH <>
-);
-"""
-
-
-def _migration_3(cur: psycopg.Cursor[Any]) -> None:
-    """The EXCLUDE constraint compares a sha256 of the value, not the value: a gist index
-    row holds at most 8,191 bytes, so large values were refused on PostgreSQL only."""
-    cur.execute(_M3)
-
-
-_M4 = """
-CREATE TABLE IF NOT EXISTS toki_consumption (
-    n         bigserial PRIMARY KEY,
-    record_id text NOT NULL UNIQUE,
-    consumer  text NOT NULL,
-    read_at   timestamptz NOT NULL,
-    payload   text NOT NULL
-);
-CREATE INDEX IF NOT EXISTS toki_consumption_consumer ON toki_consumption (consumer, n);
-CREATE OR REPLACE TRIGGER toki_consumption_append_only BEFORE UPDATE OR DELETE
-    ON toki_consumption FOR EACH ROW EXECUTE FUNCTION toki_append_only();
-CREATE OR REPLACE TRIGGER toki_consumption_no_truncate BEFORE TRUNCATE ON toki_consumption
-    FOR EACH STATEMENT EXECUTE FUNCTION toki_append_only();
-"""
-
-
-def _migration_4(cur: psycopg.Cursor[Any]) -> None:
-    """The consumption log (toki.consumption): named reads, append-only, beside the events."""
-    cur.execute(_M4)
-
-
-MIGRATIONS = (_migration_1, _migration_2, _migration_3, _migration_4)
-SCHEMA_VERSION = len(MIGRATIONS)
-
-
 # ------------------------------------------------------------------------------ the store
 
 
@@ -316,10 +115,13 @@ class PostgresStore:
 
     concurrent = True
 
-    def __init__(self, url: str, *, schema: str | None = None) -> None:
+    def __init__(self, url: str, *, schema: str | None = None, existing: bool = False) -> None:
+        """existing: open only a toki store that is there, creating and migrating nothing
+        (`toki verify`, `toki shadow`): a missing schema is a StoreError."""
         dsn, url_schema = _split_schema(url)
         self.dsn = dsn
-        self.schema = schema or url_schema
+        self.schema = check_schema_name(schema or url_schema)
+        self._existing = existing
         self._lock = threading.RLock()
         self._depth = 0
         self._conn = self._connect()
@@ -332,7 +134,10 @@ class PostgresStore:
                 )
             self.schema = str(row[0])
         self.url = dsn if schema is None and url_schema is None else _with_schema(dsn, self.schema)
-        self._migrate()
+        if existing:
+            self._check_exists()
+        else:
+            self._migrate()
 
     # -- connection -------------------------------------------------------------------
 
@@ -350,9 +155,10 @@ class PostgresStore:
         # explicit snapshots, so the server's default level must not leak into them
         conn.execute("SET default_transaction_isolation TO 'read committed'")
         if self.schema is not None:
-            conn.execute(
-                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
-            )
+            if not self._existing:
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+                )
             conn.execute(
                 sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self.schema))
             )
@@ -391,6 +197,32 @@ class PostgresStore:
                 f"{_describe(exc)}; nothing uncommitted was kept"
             ) from exc
 
+    def _check_exists(self) -> None:
+        """Refuse a schema that holds no toki store, or one of another schema version."""
+        with self._errors():
+            found = self._conn.execute(
+                "SELECT to_regclass(format('%%I.toki_meta', %s::text)) IS NOT NULL", (self.schema,)
+            ).fetchone()
+            version = None
+            if found and found[0]:
+                row = self._conn.execute(
+                    "SELECT value FROM toki_meta WHERE name = 'schema_version'"
+                ).fetchone()
+                version = None if row is None else int(row[0])
+        if version is None:
+            self._conn.close()
+            raise StoreError(
+                f"url: there is no toki store in schema {self.schema!r} at {mask_dsn(self.dsn)} "
+                "(nothing was created; check the URL's ?schema=)"
+            )
+        if version != SCHEMA_VERSION:
+            self._conn.close()
+            raise StoreError(
+                f"url: schema {self.schema!r} holds toki schema version {version}, this toki "
+                f"reads {SCHEMA_VERSION} (open it once with Memory.open to migrate, or use "
+                "the toki that wrote it); nothing was changed"
+            )
+
     def _migrate(self) -> None:
         conn = self._conn
         with self._errors(), conn.transaction(), conn.cursor() as cur:
@@ -414,6 +246,12 @@ class PostgresStore:
                     "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                     (str(number + 1),),
                 )
+            # a store chained before the seal existed is sealed at its head (check_seal)
+            cur.execute(
+                "INSERT INTO toki_meta SELECT 'chain_seal', seq || ':' || chain FROM toki_event "
+                "WHERE chain IS NOT NULL AND seq = (SELECT max(seq) FROM toki_event) "
+                "ON CONFLICT DO NOTHING"
+            )
 
     # -- the protocol -----------------------------------------------------------------
 
@@ -456,10 +294,12 @@ class PostgresStore:
                     for e in events:
                         prev = link(prev, e)
                         copy.write_row((*_event_row(e), prev))
+                _seal(cur, events[-1].seq, prev)
                 self._insert_versions(cur, events, sequenced=True)
             if replace:
                 cur.execute("DELETE FROM toki_adjudicated")
                 cur.execute("DELETE FROM toki_current")
+                self._rebuild_versions(cur)
             elif summaries:
                 cols = list(zip(*(_key_row(k) for k in summaries), strict=True))
                 for table in ("toki_adjudicated", "toki_current"):
@@ -644,9 +484,13 @@ class PostgresStore:
                 cur.execute(
                     "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_SEQ_CLASS, self.schema)
                 )
+                # a pending row whose id is logged already (two identical events, which only
+                # a toki before issue #36 could write) stays pending, a duplicate every reader
+                # ignores, instead of wedging the sequencer; the rest are sequenced
                 rows = cur.execute(
                     "SELECT 0, key_seq, kind, payload, payload_hash, event_id FROM toki_pending "
-                    f"ORDER BY tick, {_KEY_COLS}, key_seq"
+                    "p WHERE NOT EXISTS (SELECT 1 FROM toki_event e WHERE e.event_id = "
+                    f"p.event_id) ORDER BY tick, {_KEY_COLS}, key_seq"
                 ).fetchall()
                 if not rows:
                     return 0
@@ -667,7 +511,18 @@ class PostgresStore:
                     ([e.event_id for e in events],),
                 )
                 cur.execute("UPDATE toki_meta SET value = %s WHERE name = 'watermark'", (str(seq),))
+                _seal(cur, seq, prev)
         return len(events)
+
+    def _rebuild_versions(self, cur: psycopg.Cursor[Any]) -> None:
+        """The repair of toki_version (repair_projection): its rows again from the log's
+        ASSERTs, the append-only trigger lifted for this transaction's statements only."""
+        logged = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
+        events = list(events_from_rows(logged, self.url))
+        cur.execute("ALTER TABLE toki_version DISABLE TRIGGER toki_version_append_only")
+        cur.execute("DELETE FROM toki_version")
+        cur.execute("ALTER TABLE toki_version ENABLE TRIGGER toki_version_append_only")
+        self._insert_versions(cur, events, sequenced=True)
 
     def _insert_versions(
         self, cur: psycopg.Cursor[Any], events: Sequence[Event], *, sequenced: bool
@@ -697,18 +552,39 @@ class PostgresStore:
             conn = self._live()
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                seal = _read_seal(cur, self.url)
                 rows = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
                 pending = cur.execute(
                     "SELECT 0, key_seq, kind, payload, payload_hash, event_id FROM toki_pending "
                     f"ORDER BY tick, {_KEY_COLS}, key_seq"
                 ).fetchall()
                 watermark, projection = self._read_projection(cur)
-        return (
-            list(events_from_rows(rows, self.url)),
-            list(events_from_rows(pending, self.url)),
-            watermark,
-            projection,
-        )
+                version_rows = _version_table(cur)
+        events = list(events_from_rows(rows, self.url))
+        unsequenced = list(events_from_rows(pending, self.url))
+        check_seal(self.url, events, seal)  # no downgrade: a stripped or shortened chain
+        for key, vid in version_drift(version_rows, [*events, *unsequenced]).items():
+            # toki_version is part of a key's projection: a row that is not its ASSERT's
+            # makes the key differ from the log (open refuses; repair rebuilds the table)
+            projection[key] = KeySummary(f"toki_version row {vid} differs from the log", (), 0, 0)
+        return events, unsequenced, watermark, projection
+
+    def load_log(self) -> tuple[list[Event], Digest | None]:
+        """Every logged event (with its link) and the chain seal, in one snapshot."""
+        with self._lock, self._errors():
+            conn = self._live()
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                seal = _read_seal(cur, self.url)
+                rows = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
+        return list(events_from_rows(rows, self.url)), seal
+
+    def version_drift(self) -> dict[FactKey, str]:
+        """Keys whose toki_version rows differ from the log's ASSERTs (verify reports them)."""
+        with self._lock, self._errors(), self._snapshot() as cur:
+            version_rows = _version_table(cur)
+            rows = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
+        return version_drift(version_rows, list(events_from_rows(rows, self.url)))
 
     def _last_link(self, cur: psycopg.Cursor[Any]) -> tuple[int, str]:
         """(seq, chain link) of the last logged event: new links continue from it."""
@@ -727,12 +603,18 @@ class PostgresStore:
         """The one-time migration of an unchained log: store the links of events that have
         none (the append-only trigger is disabled for this statement only, in one transaction)."""
         with self._locked(), self._errors(), self._conn.cursor() as cur:
+            if _read_seal(cur, self.url) is not None:  # once chained, never again
+                raise IntegrityError(
+                    f"{self.url}: the store's chain is sealed; it cannot be chained again"
+                )
             cur.execute("ALTER TABLE toki_event DISABLE TRIGGER toki_event_append_only")
             cur.executemany(
                 "UPDATE toki_event SET chain = %s WHERE seq = %s AND chain IS NULL",
                 [(link_, seq) for seq, link_ in links],
             )
             cur.execute("ALTER TABLE toki_event ENABLE TRIGGER toki_event_append_only")
+            if links:
+                _seal(cur, *links[-1])
 
     def load(self, after_seq: int = 0) -> Iterator[Event]:
         with self._lock, self._errors():
@@ -840,6 +722,32 @@ class PostgresStore:
 # ------------------------------------------------------------------------------ rows
 
 
+MAX_SCHEMA_BYTES = 63
+"""PostgreSQL's identifier limit (NAMEDATALEN - 1): a longer name is silently truncated."""
+
+
+def check_schema_name(schema: str | None) -> str | None:
+    """A schema name PostgreSQL keeps as given: at most 63 bytes of UTF-8, no control
+    characters (a NUL cut the name short), not blank; checked before any DDL (issue #36)."""
+    if schema is None:
+        return None
+    problem = None
+    if not isinstance(schema, str) or not schema.strip():
+        problem = "must be a non-empty name"
+    elif any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in schema):
+        problem = "contains a control character or lone surrogate"
+    elif len(schema.encode("utf-8")) > MAX_SCHEMA_BYTES:
+        problem = (
+            f"is {len(schema.encode('utf-8'))} bytes; PostgreSQL keeps {MAX_SCHEMA_BYTES} and "
+            "would cut it short, so two long names could name one store"
+        )
+    if problem is not None:
+        raise InvalidInput(
+            "schema", f"{schema!r} {problem}", f"use at most {MAX_SCHEMA_BYTES} printable bytes"
+        )
+    return schema
+
+
 def _split_schema(url: str) -> tuple[str, str | None]:
     """Take toki's own `schema` query parameter off the URL (libpq would refuse it)."""
     parts = urlsplit(url)
@@ -856,6 +764,72 @@ def _with_schema(dsn: str, schema: str) -> str:
         [*parse_qsl(parts.query, keep_blank_values=True), ("schema", schema)], quote_via=quote
     )
     return urlunsplit(parts._replace(query=query))
+
+
+def _seal(cur: psycopg.Cursor[Any], seq: int, head: str) -> None:
+    """Move the chain seal (toki.chain.check_seal) to (seq, head), in the caller's transaction."""
+    cur.execute(
+        "INSERT INTO toki_meta VALUES ('chain_seal', %s) "
+        "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        (f"{seq}:{head}",),
+    )
+
+
+def _read_seal(cur: psycopg.Cursor[Any], where: str) -> Digest | None:
+    row = cur.execute("SELECT value FROM toki_meta WHERE name = 'chain_seal'").fetchone()
+    if row is None:
+        return None
+    try:
+        return Digest.parse(str(row[0]))
+    except InvalidInput:
+        raise IntegrityError(
+            f"{where}: the chain seal in toki_meta ({row[0]!r}) is not a digest: it was "
+            "changed outside toki; run `toki verify URL --digest D` with a digest saved earlier"
+        ) from None
+
+
+_VERSION_SELECT = (
+    "SELECT id, tenant, subject, scope_kind, scope_key, fact_key, value_json, "
+    "lower(valid_during), upper(valid_during), recorded_at, source_id, source_hash, "
+    "supersedes, weight, key_seq, value IS NOT DISTINCT FROM (CASE WHEN strpos(value_json, "
+    "'\\u0000') > 0 THEN NULL ELSE value_json::jsonb END) FROM toki_version"
+)
+
+
+def _version_table(cur: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
+    """Every toki_version row as the columns `version_drift` compares (the jsonb `value`
+    as whether it still equals its exact text)."""
+    return list(cur.execute(_VERSION_SELECT).fetchall())
+
+
+def version_drift(rows: Sequence[tuple[Any, ...]], events: Sequence[Event]) -> dict[FactKey, str]:
+    """{key: a version id} for each key whose toki_version rows are not exactly the rows of
+    its first ASSERT per version (an edited, deleted or added row; issue #36 finding 5)."""
+    want: dict[str, tuple[Any, ...]] = {}
+    keys: dict[str, FactKey] = {}
+    for e in events:
+        if e.kind is EventKind.ASSERT and e.version_ids[0] not in want:
+            row = _version_row(e, False)
+            want[row[0]] = (*row[:6], *row[7:14], float(row[14]), row[16], True)
+            keys[row[0]] = e.key
+    drift: dict[FactKey, str] = {}
+    have = set()
+    for row in rows:
+        vid = str(row[0])
+        have.add(vid)
+        expected = want.get(vid)
+        if row[14] is None and expected is not None:  # written before rows named key_seq
+            expected = (*expected[:14], None, expected[15])
+        if expected is None or _norm(row) != _norm(expected):
+            key = keys.get(vid) or FactKey(row[1], row[2], row[5], row[3], row[4])
+            drift.setdefault(key, vid)
+    for vid in want.keys() - have:
+        drift.setdefault(keys[vid], vid)
+    return drift
+
+
+def _norm(row: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(format_instant(parse_instant(x)) if isinstance(x, datetime) else x for x in row)
 
 
 def _key_row(key: FactKey) -> tuple[str, str, str, str, str]:

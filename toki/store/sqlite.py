@@ -17,8 +17,14 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
 from toki.canonical import canonical_json
-from toki.chain import GENESIS, link
-from toki.errors import ConstraintViolation, IntegrityError, StoreBusy, StoreError
+from toki.chain import GENESIS, Digest, check_seal, link
+from toki.errors import (
+    ConstraintViolation,
+    IntegrityError,
+    InvalidInput,
+    StoreBusy,
+    StoreError,
+)
 from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
@@ -150,8 +156,14 @@ def event_row(e: Event, key_id: int, link: str | None = None) -> tuple[object, .
 class SQLiteStore:
     """Durable events and projection in one SQLite file."""
 
-    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout: float = 30.0, existing: bool = False
+    ) -> None:
+        """existing: open only a toki store that is there, read-only, creating and migrating
+        nothing (`toki verify`, `toki shadow`). A file that cannot be opened for writing
+        (read-only media) is opened read-only too: readable and verifiable, writes refused."""
         self.path = str(path)
+        self.read_only = False
         self.url = f"sqlite:///{self.path}"
         self.busy_timeout = busy_timeout
         self._lock = threading.RLock()
@@ -159,6 +171,14 @@ class SQLiteStore:
         self._key_ids: dict[str, int] = {}
         """fact key text → its toki_key id, for ids this connection has seen committed or
         written in the open transaction (forgotten on rollback; toki_key never changes a row)"""
+        on_disk = self.path != ":memory:" and Path(self.path).is_file()
+        if existing and not on_disk:
+            raise StoreError(
+                f"url: there is no toki store at {self.path} (no such file; nothing was created)"
+            )
+        if existing:
+            self._open_read_only()
+            return
         try:
             self._conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
@@ -168,9 +188,43 @@ class SQLiteStore:
         try:
             with self._errors():
                 self._init_schema()
+        except StoreError as exc:
+            self._conn.close()
+            if not (on_disk and _read_only_media(exc)):
+                raise
+            self._open_read_only()
         except BaseException:
             self._conn.close()
             raise
+
+    def _open_read_only(self) -> None:
+        """Open the file with SQLite's mode=ro (immutable=1 where even that fails: a WAL file
+        on media where its -shm cannot be created); refuse anything but a current toki store."""
+        uri = Path(self.path).resolve().as_uri()
+        for query in ("?mode=ro", "?mode=ro&immutable=1"):
+            try:
+                conn = sqlite3.connect(
+                    uri + query, uri=True, isolation_level=None, check_same_thread=False
+                )
+                tables = _tables(conn)
+                break
+            except sqlite3.Error as exc:
+                conn_error: sqlite3.Error = exc
+        else:
+            raise StoreError(f"url: cannot open SQLite file {self.path!r}: {conn_error}")
+        self._conn, self.read_only = conn, True
+        try:
+            version = self._version(tables) if "toki_meta" in tables else None
+        except BaseException:
+            conn.close()
+            raise
+        if version != SCHEMA_VERSION:
+            conn.close()
+            what = "is not a toki store" if version is None else f"has schema version {version}"
+            raise StoreError(
+                f"url: {self.path} {what}; read-only, this toki reads only version "
+                f"{SCHEMA_VERSION} (open it writable once to migrate); it was left untouched"
+            )
 
     def _init_schema(self) -> None:
         conn = self._conn
@@ -208,6 +262,11 @@ class SQLiteStore:
                     conn.execute("ROLLBACK")
                 raise
         conn.executescript(_SCHEMA)  # recreates a dropped trigger or index
+        # a store chained before the seal existed is sealed at its head (check_seal)
+        conn.execute(
+            "INSERT OR IGNORE INTO toki_meta SELECT 'chain_seal', seq || ':' || chain "
+            "FROM toki_event WHERE chain IS NOT NULL AND seq = (SELECT max(seq) FROM toki_event)"
+        )
 
     def _version(self, tables: set[str]) -> int | None:
         """The file's schema version (None: a new file); a newer one than ours is refused."""
@@ -347,10 +406,12 @@ class SQLiteStore:
         with self._lock:
             self._run("BEGIN")
             try:
+                seal = self.chain_seal()
                 events = list(self.load(ALL_SEQS))
                 watermark, projection = self.load_projection()
             finally:
                 self._conn.execute("COMMIT")
+        check_seal(self.url, events, seal)  # no downgrade: a stripped or shortened chain
         return events, [], watermark, projection
 
     def append(
@@ -386,9 +447,33 @@ class SQLiteStore:
 
     def _insert(self, events: Sequence[Event]) -> None:
         """Insert events with their key ids and chain links, continuing from the last stored
-        event's link."""
+        event's link, and move the chain seal to the new head (toki.chain.check_seal)."""
         prev, key_ids = self._link_start(), self._key_ids_for(events)
-        self._conn.executemany(INSERT_EVENT, _rows(events, key_ids, prev))
+        rows = _rows(events, key_ids, prev)
+        self._conn.executemany(INSERT_EVENT, rows)
+        self._seal(f"{rows[-1][0]}:{rows[-1][-1]}")
+
+    def _seal(self, text: str) -> None:
+        self._conn.execute("INSERT OR REPLACE INTO toki_meta VALUES ('chain_seal', ?)", (text,))
+
+    def chain_seal(self) -> Digest | None:
+        """The (seq, link) the store sealed its chain at; None before it was chained."""
+        with self._lock, self._errors():
+            row = self._conn.execute(
+                "SELECT value FROM toki_meta WHERE name = 'chain_seal'"
+            ).fetchone()
+        return None if row is None else _parse_seal(self.path, str(row[0]))
+
+    def load_log(self) -> tuple[list[Event], Digest | None]:
+        """Every stored event (with its link) and the chain seal, in one read transaction."""
+        with self._lock:
+            self._run("BEGIN")
+            try:
+                seal = self.chain_seal()
+                events = list(self.load(ALL_SEQS))
+            finally:
+                self._conn.execute("COMMIT")
+        return events, seal
 
     def _link_start(self) -> str:
         """The link of the last stored event (GENESIS for an empty log)."""
@@ -435,12 +520,18 @@ class SQLiteStore:
         """The one-time migration of an unchained log: store the links of events that have
         none (the append-only trigger is lifted for this statement only, in one transaction)."""
         with self._locked(), self._errors():
+            if self.chain_seal() is not None:  # once chained, never again (check_seal)
+                raise IntegrityError(
+                    f"{self.path}: the store's chain is sealed; it cannot be chained again"
+                )
             self._conn.execute("DROP TRIGGER toki_event_no_update")
             self._conn.executemany(
                 "UPDATE toki_event SET chain = ? WHERE seq = ? AND chain IS NULL",
                 [(link_, seq) for seq, link_ in links],
             )
             self._conn.execute(_NO_UPDATE)
+            if links:
+                self._seal(f"{links[-1][0]}:{links[-1][1]}")
 
     def load(self, after_seq: int = 0) -> Iterator[Event]:
         with self._lock, self._errors():
@@ -513,6 +604,22 @@ def _rows(events: Sequence[Event], key_ids: Sequence[int], prev: str) -> list[tu
         prev = link(prev, e)
         rows.append(event_row(e, key_id, prev))
     return rows
+
+
+def _parse_seal(where: str, text: str) -> Digest:
+    try:
+        return Digest.parse(text)
+    except InvalidInput:
+        raise IntegrityError(
+            f"{where}: the chain seal in toki_meta ({text!r}) is not a digest: it was changed "
+            "outside toki; run `toki verify URL --digest D` with a digest saved earlier"
+        ) from None
+
+
+def _read_only_media(exc: StoreError) -> bool:
+    """Whether opening for writing failed only because the file or its folder is read-only."""
+    text = str(exc.__cause__ or exc).lower()
+    return "readonly" in text or "read-only" in text or "unable to open" in text
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
