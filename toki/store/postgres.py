@@ -519,9 +519,12 @@ class PostgresStore:
         ASSERTs, the append-only trigger lifted for this transaction's statements only."""
         logged = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
         events = list(events_from_rows(logged, self.url))
-        cur.execute("ALTER TABLE toki_version DISABLE TRIGGER toki_version_append_only")
+        cur.execute("DROP TRIGGER IF EXISTS toki_version_append_only ON toki_version")
         cur.execute("DELETE FROM toki_version")
-        cur.execute("ALTER TABLE toki_version ENABLE TRIGGER toki_version_append_only")
+        cur.execute(  # recreated, also where it had been dropped
+            "CREATE TRIGGER toki_version_append_only BEFORE UPDATE OR DELETE ON toki_version "
+            "FOR EACH ROW EXECUTE FUNCTION toki_append_only()"
+        )
         self._insert_versions(cur, events, sequenced=True)
 
     def _insert_versions(

@@ -202,6 +202,7 @@ class SQLiteStore:
         on media where its -shm cannot be created); refuse anything but a current toki store."""
         uri = Path(self.path).resolve().as_uri()
         for query in ("?mode=ro", "?mode=ro&immutable=1"):
+            conn = None
             try:
                 conn = sqlite3.connect(
                     uri + query, uri=True, isolation_level=None, check_same_thread=False
@@ -209,6 +210,8 @@ class SQLiteStore:
                 tables = _tables(conn)
                 break
             except sqlite3.Error as exc:
+                if conn is not None:
+                    conn.close()
                 conn_error: sqlite3.Error = exc
         else:
             raise StoreError(f"url: cannot open SQLite file {self.path!r}: {conn_error}")
