@@ -16,7 +16,7 @@ from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store.base import Plan
+from toki.store.base import Operation, Plan
 
 __all__ = ["InMemoryStore"]
 
@@ -30,6 +30,7 @@ class InMemoryStore:
         self._projection: dict[FactKey, KeySummary] = {}
         self._watermark = 0
         self._consumption: dict[str, tuple[str, str]] = {}  # record id -> (consumer, payload)
+        self._ops: dict[str, str] = {}  # operation id -> recorded outcome
         self._lock = threading.RLock()
 
     @contextmanager
@@ -59,8 +60,11 @@ class InMemoryStore:
         watermark: int,
         *,
         replace: bool = False,
+        op: Operation | None = None,
     ) -> None:
         with self._lock:
+            if op is not None:
+                self._ops.setdefault(op.op_id, op.result)
             self._events.extend(events)
             for event in events:
                 self._by_key.setdefault(event.key, []).append(event)
@@ -84,6 +88,11 @@ class InMemoryStore:
     def load_state(self) -> tuple[list[Event], list[Event], int, dict[FactKey, KeySummary]]:
         with self._lock:
             return list(self._events), [], self._watermark, dict(self._projection)
+
+    def op_result(self, op_id: str) -> str | None:
+        """The recorded outcome of a committed operation id, None if it never committed."""
+        with self._lock:
+            return self._ops.get(op_id)
 
     def load_log(self) -> tuple[list[Event], Digest | None]:
         """Every event and the chain seal (none: this store keeps no links to strip)."""

@@ -217,5 +217,21 @@ def _migration_4(cur: psycopg.Cursor[Any]) -> None:
     cur.execute(_M4)
 
 
-MIGRATIONS = (_migration_1, _migration_2, _migration_3, _migration_4)
+_M5 = """
+CREATE TABLE IF NOT EXISTS toki_op (
+    op_id  text PRIMARY KEY,
+    result text NOT NULL
+);
+CREATE OR REPLACE TRIGGER toki_op_append_only BEFORE UPDATE OR DELETE
+    ON toki_op FOR EACH ROW EXECUTE FUNCTION toki_append_only();
+"""
+
+
+def _migration_5(cur: psycopg.Cursor[Any]) -> None:
+    """Operation ids (issue #36): each write's id and outcome, committed with its events, so
+    that after a lost connection the outcome is looked up and a retry never stores twice."""
+    cur.execute(_M5)
+
+
+MIGRATIONS = (_migration_1, _migration_2, _migration_3, _migration_4, _migration_5)
 SCHEMA_VERSION = len(MIGRATIONS)

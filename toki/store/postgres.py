@@ -15,10 +15,10 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -32,6 +32,7 @@ from toki.errors import (
     ConstraintViolation,
     IntegrityError,
     InvalidInput,
+    OutcomeUnknown,
     StoreError,
     WriteConflict,
 )
@@ -39,7 +40,7 @@ from toki.isolation import Isolation
 from toki.log import Event, EventKind
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store.base import EVENT_COLUMNS, LOG_COLUMNS, Plan, events_from_rows
+from toki.store.base import EVENT_COLUMNS, LOG_COLUMNS, Operation, Plan, events_from_rows
 from toki.store.pg_schema import MIGRATIONS, SCHEMA_VERSION
 from toki.time import format_instant, parse_instant
 
@@ -320,16 +321,28 @@ class PostgresStore:
 
     # -- the write shell ---------------------------------------------------------------
 
-    def transact(self, keys: frozenset[FactKey], level: Isolation, plan: Plan) -> int:
+    statement_hook: Callable[[str, str], None] | None = None
+    """Called ("before" | "after", statement) around each statement of a write's transaction,
+    COMMIT included (the fault-injection tests kill the connection there)."""
+
+    def transact(
+        self, keys: frozenset[FactKey], level: Isolation, plan: Plan, op: Operation | None = None
+    ) -> int:
         """Run one write at `level`; retry serialization failures, deadlocks and moved heads
-        with bounded jittered backoff; sequence after commit. Returns the retries taken."""
+        with bounded jittered backoff; sequence after commit. Returns the retries taken.
+
+        op: the write's operation id, stored in its transaction. A write whose op id is
+        stored already runs no plan (op.replayed, op.result: the first run's outcome). If the
+        connection is lost, the outcome is looked up by the op id before anything is
+        reported: committed is success, not committed a StoreError, and a lookup that cannot
+        be made OutcomeUnknown (retry with the same op id: it never stores twice)."""
         ordered = sorted(keys, key=_key_row)
         self._ensure_heads(ordered)
         retries = 0
         while True:
             try:
                 with self._lock, self._errors():
-                    wrote = self._attempt(ordered, level, plan)
+                    wrote = self._attempt(ordered, level, plan, op)
             except (*_RETRYABLE, _HeadMoved) as exc:
                 retries += 1
                 if retries > MAX_RETRIES:
@@ -340,9 +353,36 @@ class PostgresStore:
                     ) from exc
                 time.sleep(random.uniform(0, min(0.2, 0.002 * 2**retries)))
                 continue
+            except StoreError as exc:
+                if op is None or not (self._conn.broken or self._conn.closed):
+                    raise  # a refusal, not a lost connection: nothing was committed
+                wrote = self._outcome_after_loss(op, exc)
             if wrote:
-                self.sequence()
+                with suppress(StoreError):  # committed: any later reader sequences it
+                    self.sequence()
             return retries
+
+    def _outcome_after_loss(self, op: Operation, lost: StoreError) -> bool:
+        """The connection died inside the write: committed or not, by its op id."""
+        try:
+            found = self.op_result(op.op_id)
+        except StoreError as exc:
+            raise OutcomeUnknown(op.op_id, f"{lost}; looking it up failed too: {exc}") from exc
+        if found is None:
+            raise StoreError(
+                f"{lost} (operation {op.op_id} is not in the store: the write was not "
+                "committed; it may be retried)"
+            ) from lost
+        op.result = found if not op.result else op.result
+        return True
+
+    def op_result(self, op_id: str) -> str | None:
+        """The recorded outcome of a committed operation id, None if it never committed."""
+        with self._lock, self._errors():
+            row = self._live().execute(
+                "SELECT result FROM toki_op WHERE op_id = %s", (op_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
 
     def _ensure_heads(self, keys: Sequence[FactKey]) -> None:
         """Create missing head rows (pos 0) before the write's transaction, so that the
@@ -356,47 +396,78 @@ class PostgresStore:
                 cols,
             )
 
-    def _attempt(self, keys: Sequence[FactKey], level: Isolation, plan: Plan) -> bool:
-        """One transaction: read the partition, plan, move heads, tick, insert, commit."""
+    def _attempt(
+        self, keys: Sequence[FactKey], level: Isolation, plan: Plan, op: Operation | None
+    ) -> bool:
+        """One transaction: read the partition, plan, move heads, tick, insert, commit (an
+        explicit BEGIN … COMMIT on the autocommit connection: every statement, COMMIT too,
+        goes through `_Hooked`)."""
         conn = self._live()
         self._depth = 1
         try:
-            with conn.transaction(), conn.cursor() as cur:
-                self._step(
-                    "begin", cur, sql.SQL(f"SET TRANSACTION ISOLATION LEVEL {_LEVELS[level]}")
-                )
-                partition = self._read_partition(cur, keys)
-                events, summaries = plan(partition, 0)
-                if not events:
-                    return False
-                read_pos = {k: 0 for k in keys}
-                for e in partition:
-                    read_pos[e.key] = max(read_pos[e.key], e.key_seq)
-                new_pos: dict[FactKey, int] = {}
-                for e in events:
-                    new_pos[e.key] = max(new_pos.get(e.key, 0), e.key_seq)
-                for key in sorted(new_pos, key=_key_row):
-                    self._step(
-                        "head",
-                        cur,
-                        "UPDATE toki_head SET pos = %s WHERE tenant = %s AND subject = %s "
-                        "AND scope_kind = %s AND scope_key = %s AND fact_key = %s AND pos = %s",
-                        (new_pos[key], *_key_row(key), read_pos.get(key, 0)),
-                    )
-                    if cur.rowcount != 1:
-                        raise _HeadMoved(f"head of {key} moved")
-                row = cur.execute("SELECT nextval('toki_tick')").fetchone()
-                tick = int(row[0]) if row else 0
-                self._step("pending", cur, None, (tick, events))
-                self._insert_versions(cur, events, sequenced=False)
-                self._write_projection(cur, summaries)
-                self._step("commit", cur, None)
-            return True
+            with conn.cursor() as raw:
+                cur = cast("psycopg.Cursor[Any]", _Hooked(raw, self.statement_hook))
+                self._step("begin", cur, f"BEGIN ISOLATION LEVEL {_LEVELS[level]}".encode())
+                try:
+                    done = self._write_in(cur, keys, plan, op)
+                    if done:
+                        self._step("commit", cur, None)
+                    cur.execute(b"COMMIT" if done else b"ROLLBACK")
+                except BaseException:
+                    if not conn.broken and not conn.closed:
+                        with suppress(psycopg.Error):
+                            raw.execute(b"ROLLBACK")
+                    raise
+            return done
         finally:
             self._depth = 0
 
+    def _write_in(
+        self,
+        cur: psycopg.Cursor[Any],
+        keys: Sequence[FactKey],
+        plan: Plan,
+        op: Operation | None,
+    ) -> bool:
+        """The statements of one write inside its open transaction; False: nothing to commit."""
+        if op is not None:
+            row = cur.execute("SELECT result FROM toki_op WHERE op_id = %s", (op.op_id,)).fetchone()
+            if row is not None:  # a retry of a committed operation: its outcome, no new write
+                op.result, op.replayed = str(row[0]), True
+                return False
+        partition = self._read_partition(cur, keys)
+        events, summaries = plan(partition, 0)
+        if not events:
+            return False
+        read_pos = {k: 0 for k in keys}
+        for e in partition:
+            read_pos[e.key] = max(read_pos[e.key], e.key_seq)
+        new_pos: dict[FactKey, int] = {}
+        for e in events:
+            new_pos[e.key] = max(new_pos.get(e.key, 0), e.key_seq)
+        for key in sorted(new_pos, key=_key_row):
+            self._step(
+                "head",
+                cur,
+                "UPDATE toki_head SET pos = %s WHERE tenant = %s AND subject = %s "
+                "AND scope_kind = %s AND scope_key = %s AND fact_key = %s AND pos = %s",
+                (new_pos[key], *_key_row(key), read_pos.get(key, 0)),
+            )
+            if cur.rowcount != 1:
+                raise _HeadMoved(f"head of {key} moved")
+        row = cur.execute("SELECT nextval('toki_tick')").fetchone()
+        tick = int(row[0]) if row else 0
+        self._step("pending", cur, None, (tick, events))
+        self._insert_versions(cur, events, sequenced=False)
+        self._write_projection(cur, summaries)
+        if op is not None:
+            cur.execute("INSERT INTO toki_op VALUES (%s, %s)", (op.op_id, op.result))
+        return True
+
     def _step(self, name: str, cur: psycopg.Cursor[Any], query: Any, params: Any = None) -> None:
-        """One statement of the write (tests inject failures here, by name)."""
+        """A named statement of the write: begin, head, pending, commit (a no-op: the
+        point just before COMMIT). Tests and benchmarks override it to inject failures and
+        races by name; `statement_hook` sees every statement."""
         if name == "pending":
             tick, events = params
             with cur.copy(f"COPY toki_pending ({_PENDING_COLS}) FROM STDIN") as copy:
@@ -720,6 +791,43 @@ class PostgresStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+class _Hooked:
+    """A cursor whose statements call a hook before and after each one (fault injection)."""
+
+    def __init__(self, cur: psycopg.Cursor[Any], hook: Callable[[str, str], None] | None):
+        self._cur = cur
+        self._hook = hook or (lambda stage, statement: None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+    def execute(self, query: Any, params: Any = None) -> psycopg.Cursor[Any]:
+        text = _text(query)
+        self._hook("before", text)
+        result = self._cur.execute(query, params)
+        self._hook("after", text)
+        return result
+
+    def executemany(self, query: Any, params: Any) -> None:
+        text = _text(query)
+        self._hook("before", text)
+        self._cur.executemany(query, params)
+        self._hook("after", text)
+
+    @contextmanager
+    def copy(self, statement: str) -> Iterator[Any]:
+        self._hook("before", statement)
+        with self._cur.copy(statement.encode()) as copy:
+            yield copy
+        self._hook("after", statement)
+
+
+def _text(query: Any) -> str:
+    if isinstance(query, bytes):
+        return query.decode()
+    return query if isinstance(query, str) else repr(query)
 
 
 # ------------------------------------------------------------------------------ rows

@@ -29,7 +29,14 @@ from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store.base import ALL_SEQS, EVENT_COLUMNS, LOG_COLUMNS, Plan, events_from_rows
+from toki.store.base import (
+    ALL_SEQS,
+    EVENT_COLUMNS,
+    LOG_COLUMNS,
+    Operation,
+    Plan,
+    events_from_rows,
+)
 from toki.time import format_instant, parse_instant
 
 __all__ = ["INSERT_EVENT", "SCHEMA_VERSION", "SQLiteStore", "event_row", "id_prefix"]
@@ -109,6 +116,11 @@ CREATE TRIGGER IF NOT EXISTS toki_consumption_no_update BEFORE UPDATE ON toki_co
 BEGIN SELECT RAISE(ABORT, 'toki_consumption is append-only: UPDATE is not allowed'); END;
 CREATE TRIGGER IF NOT EXISTS toki_consumption_no_delete BEFORE DELETE ON toki_consumption
 BEGIN SELECT RAISE(ABORT, 'toki_consumption is append-only: DELETE is not allowed'); END;
+CREATE TABLE IF NOT EXISTS toki_op (op_id TEXT PRIMARY KEY, result TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS toki_op_no_update BEFORE UPDATE ON toki_op
+BEGIN SELECT RAISE(ABORT, 'toki_op is append-only: UPDATE is not allowed'); END;
+CREATE TRIGGER IF NOT EXISTS toki_op_no_delete BEFORE DELETE ON toki_op
+BEGIN SELECT RAISE(ABORT, 'toki_op is append-only: DELETE is not allowed'); END;
 """
 ).replace("{no_update}", _NO_UPDATE)
 
@@ -424,10 +436,14 @@ class SQLiteStore:
         watermark: int,
         *,
         replace: bool = False,
+        op: Operation | None = None,
     ) -> None:
+        """op: the write's operation id and outcome, stored in the same transaction."""
         with self._locked(), self._errors():
             if events:
                 self._insert(events)
+            if op is not None:
+                self._conn.execute("INSERT INTO toki_op VALUES (?, ?)", (op.op_id, op.result))
             if replace:
                 self._conn.execute("DELETE FROM toki_current")
             self._conn.executemany(
@@ -458,6 +474,16 @@ class SQLiteStore:
 
     def _seal(self, text: str) -> None:
         self._conn.execute("INSERT OR REPLACE INTO toki_meta VALUES ('chain_seal', ?)", (text,))
+
+    def op_result(self, op_id: str) -> str | None:
+        """The recorded outcome of a committed operation id, None if it never committed."""
+        with self._lock, self._errors():
+            if self.read_only and "toki_op" not in _tables(self._conn):
+                return None  # a file written before operation ids, opened read-only
+            row = self._conn.execute(
+                "SELECT result FROM toki_op WHERE op_id = ?", (op_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
 
     def chain_seal(self) -> Digest | None:
         """The (seq, link) the store sealed its chain at; None before it was chained."""
