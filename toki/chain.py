@@ -32,7 +32,7 @@ __all__ = [
 GENESIS = ""
 """The link before the first event."""
 
-_DIGEST = re.compile(r"^(\d+):([0-9a-f]{64})$")
+_DIGEST = re.compile(r"^(?:(\d+):([0-9a-f]{64})|(0):())$")  # "0:" is the empty log's
 
 
 def link(prev: str, event: Event, key: bytes | None = None) -> str:
@@ -62,6 +62,8 @@ class Digest:
                 f"{text!r} is not a toki digest",
                 "use the 'seq:head' text that Memory.digest() or `toki verify` printed",
             )
+        if found.group(1) is None:
+            return cls(0, GENESIS)
         return cls(int(found.group(1)), found.group(2))
 
 
@@ -186,7 +188,7 @@ def verify(
     sealed_store: the store keeps links and a seal, so `check_seal` applies (no downgrade)."""
     check = ChainCheck(where, key)
     n = 0
-    at_digest: Digest | None = None
+    at_digest: Digest | None = check.digest() if digest is not None and digest.seq == 0 else None
     try:
         pairs = list(events)
         if sealed_store:

@@ -15,7 +15,7 @@ from toki.algebra.context import ResolveContext
 from toki.algebra.gate import gate
 from toki.algebra.provenance import Action, Decision, Provenance
 from toki.algebra.rule import Policy
-from toki.canonical import canonical_json
+from toki.canonical import canonical_json, shown
 from toki.errors import (
     InvalidInput,
 )
@@ -93,7 +93,7 @@ class WritePath(MemoryBase):
         The same call again (same policy, same recorded_at) is a no-op, like any duplicate
         delivery."""
         if not isinstance(policy, Policy):
-            raise InvalidInput("policy", f"expected a toki.algebra.Policy, got {policy!r}")
+            raise InvalidInput("policy", f"expected a toki.algebra.Policy, got {shown(policy)}")
         recorded = self._recorded(recorded_at)
         key = FactKey(tenant, POLICY_SUBJECT, fact_key)
 

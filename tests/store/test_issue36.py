@@ -22,7 +22,7 @@ from tests.small_history import write_small_history
 from toki import Claim, FactKey, Memory
 from toki.canonical import digest
 from toki.cli import main
-from toki.errors import IntegrityError, InvalidInput, StoreError
+from toki.errors import IntegrityError, InvalidInput, StoreError, TokiError
 from toki.log import EventKind, _event_id
 from toki.shadow import Config
 
@@ -280,3 +280,71 @@ def _pg(url: str) -> Memory:
     from toki.store.postgres import PostgresStore
 
     return Memory(PostgresStore(url))
+
+
+# -- findings 7, 8, 9: validation at the API boundary ------------------------------------------
+
+
+def test_f7_config_names_and_policy_sources_are_validated(make_memory: MemoryFactory) -> None:
+    """Finding 7: a lone surrogate in a Config name raised a raw UnicodeEncodeError; an
+    integer Policy source was accepted."""
+    from toki.algebra import Policy
+
+    with pytest.raises(InvalidInput, match=r"config\.name"):
+        Config(name="\ud800")
+    for bad in ((3,), ("\ud800",), ("a\x00",)):
+        with pytest.raises(InvalidInput, match=r"policy\.sources"):
+            Policy("prefer_source", bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=r"policy\.sources"):
+        Policy("prefer_source", "s1")  # type: ignore[arg-type]
+
+
+def test_f7_a_long_consumer_name_works_on_every_backend(make_memory: MemoryFactory) -> None:
+    """Finding 7: a consumer name over ~2.7 kB worked on memory and SQLite but failed on
+    PostgreSQL (a btree row's limit); the index now goes through md5(consumer)."""
+    mem = make_memory()
+    mem.write(Claim(CITY, "Lisbon", source_id="s1"))
+    who = "c" * 5000
+    assert mem.current(CITY, consumer=who).value == "Lisbon"
+    assert len(mem.consumed_by(who)) == 1
+
+
+def test_f8_integers_beyond_4300_digits_are_toki_errors(make_memory: MemoryFactory) -> None:
+    """Finding 8: an int over 4,300 digits in an error message raised ValueError (Python's
+    int -> str limit) instead of the toki error being reported."""
+    mem = make_memory()
+    big = 10**5000
+    from toki.algebra import Policy
+
+    calls: list[Callable[[], object]] = [
+        lambda: mem.write(Claim(CITY, "x", "s1", weight=big)),
+        lambda: mem.confirm(big),  # type: ignore[arg-type]
+        lambda: FactKey("t", "s", big),  # type: ignore[arg-type]
+        lambda: mem.set_policy("t", "city", big),  # type: ignore[arg-type]
+        lambda: mem.current(CITY, consumer=big),  # type: ignore[arg-type]
+        lambda: mem.shadow(big),  # type: ignore[arg-type]
+        lambda: mem.impact(big),  # type: ignore[arg-type]
+        lambda: Policy(big),  # type: ignore[arg-type]
+    ]
+    for call in calls:
+        with pytest.raises(TokiError, match=r"about 5000 digits|must be|expected"):
+            call()
+
+
+def test_f8_the_empty_logs_digest_parses(make_memory: MemoryFactory) -> None:
+    mem = make_memory()
+    assert str(mem.digest()) == "0:" and mem.verify(str(mem.digest())).ok  # type: ignore[arg-type]
+
+
+def test_f9_shadow_with_a_non_utf8_config_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Finding 9: `toki shadow` with a non-UTF-8 config file exited 4 instead of 2."""
+    path = tmp_path / "s.db"
+    with Memory.open(f"sqlite:///{path}") as mem:
+        mem.write(Claim(CITY, "Lisbon", source_id="s1"))
+    config = tmp_path / "c.toml"
+    config.write_bytes(b'operators = { city = "EWM" }\n# \xff\xfe\n')
+    assert main(["shadow", f"sqlite:///{path}", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--config" in err and len(err.splitlines()) == 1

@@ -66,7 +66,14 @@ def test_a_connection_killed_at_every_statement_reports_the_true_outcome(
             fired: list[bool] = []
             count = itertools.count()
 
-            def kill(at: str, text: str, index: int = index, stage: str = stage) -> None:
+            def kill(
+                at: str,
+                text: str,
+                index: int = index,
+                stage: str = stage,
+                count: Any = count,
+                fired: list[bool] = fired,
+            ) -> None:
                 if at != stage:
                     return
                 if next(count) == index and not fired:

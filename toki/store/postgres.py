@@ -770,9 +770,9 @@ class PostgresStore:
                 )
             else:
                 cur = self._live().execute(
-                    "SELECT record_id, payload FROM toki_consumption WHERE consumer = %s "
-                    "ORDER BY n",
-                    (consumer,),
+                    "SELECT record_id, payload FROM toki_consumption WHERE md5(consumer) = "
+                    "md5(%s) AND consumer = %s ORDER BY n",
+                    (consumer, consumer),
                 )
             return [(str(a), str(b)) for a, b in cur.fetchall()]
 
