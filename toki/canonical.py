@@ -105,7 +105,9 @@ def check_json(value: object, field: str = "value") -> None:
             continue
         if isinstance(item, list | tuple | dict) and depth >= MAX_DEPTH:
             raise InvalidValue(path, f"nested deeper than {MAX_DEPTH} levels", "flatten the value")
-        if isinstance(item, list | tuple):
+        if isinstance(item, tuple):  # stored as a JSON array, read back as a list (issue #36)
+            raise InvalidValue(path, "a tuple is not JSON", "use a list")
+        if isinstance(item, list):
             stack.extend((x, f"{path}[{i}]", depth + 1) for i, x in enumerate(item))
             continue
         if isinstance(item, dict):

@@ -24,7 +24,9 @@ __all__ = [
     "ChainCheck",
     "Digest",
     "VerifyReport",
+    "check_consumption",
     "check_seal",
+    "consumption_link",
     "link",
     "verify",
 ]
@@ -137,6 +139,54 @@ class VerifyReport:
         if self.checked_against is not None:
             text += f"; the log up to seq {self.checked_against.seq} equals the saved digest"
         return text
+
+
+def consumption_link(prev: str, record_id: str, payload: str) -> str:
+    """The chain link of a consumption record (toki.consumption) after `prev`: the records of
+    named reads form a chain of their own, beside the event log's (docs/integrity.md)."""
+    body = hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    return hashlib.sha256(f"{prev}\n{record_id}\n{body}".encode()).hexdigest()
+
+
+def check_consumption(
+    where: str, records: Iterable[tuple[str, str, str | None]], seal: Digest | None
+) -> str | None:
+    """None if the consumption records (record id, payload, stored link; in append order)
+    chain and reach the seal (position, link) the store keeps; else what is wrong. Records
+    logged before toki chained them (no link) may only come first."""
+    prev, position, linked = GENESIS, 0, False
+    at_seal: str | None = None
+    for record_id, payload, stored in records:
+        position += 1
+        if stored is None:
+            if linked:
+                return (
+                    f"{where}: consumption record {position} ({record_id}) has no chain link "
+                    "although records before it have one (its link was removed outside toki)"
+                )
+        else:
+            expected = consumption_link(prev, record_id, payload)
+            if not hmac.compare_digest(stored, expected):
+                return (
+                    f"{where}: consumption record {position} ({record_id}): its chain link "
+                    "does not match the records before it (a record at or before it was "
+                    "changed, deleted or reordered outside toki)"
+                )
+            prev, linked = stored, True
+        if seal is not None and position == seal.seq:
+            at_seal = stored
+    if seal is not None and seal.seq > 0:
+        if position < seal.seq:
+            return (
+                f"{where}: the consumption log ends at record {position}, before record "
+                f"{seal.seq} that its seal records: records were deleted outside toki"
+            )
+        if at_seal is None or not hmac.compare_digest(at_seal, seal.head):
+            return (
+                f"{where}: the consumption record at position {seal.seq} is not the one its "
+                "seal records (the consumption log was rewritten outside toki)"
+            )
+    return None
 
 
 def check_seal(where: str, events: Sequence[Event], seal: Digest | None) -> None:

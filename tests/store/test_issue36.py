@@ -348,3 +348,27 @@ def test_f9_shadow_with_a_non_utf8_config_exits_2(
     assert main(["shadow", f"sqlite:///{path}", "--config", str(config)]) == 2
     err = capsys.readouterr().err.strip()
     assert "--config" in err and len(err.splitlines()) == 1
+
+
+# -- consumption records: a chain of their own -------------------------------------------------
+
+
+def test_a_deleted_consumption_record_is_caught_by_verify(
+    durable: tuple[str, Callable[..., Any], str],
+) -> None:
+    """The issue's last point: a deleted consumption record went unseen by every check. Named
+    reads now chain among themselves (their own lock, not the event writer's); verify walks
+    that chain to its seal."""
+    url, raw, backend = durable
+    with Memory.open(url) if backend == "sqlite" else _pg(url) as mem:
+        for who in ("a", "b", "c"):
+            mem.current(FactKey("t1", "u1", "city"), consumer=who)
+        assert mem.verify().ok
+    if backend == "sqlite":
+        raw("DROP TRIGGER toki_consumption_no_delete")
+    else:
+        raw("DROP TRIGGER toki_consumption_append_only ON toki_consumption")
+    raw("DELETE FROM toki_consumption WHERE consumer = 'b'")  # a middle record
+    assert main(["verify", url]) == 1
+    raw("DELETE FROM toki_consumption WHERE consumer = 'c'")  # and the last: the seal
+    assert main(["verify", url]) == 1

@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 
-from toki.chain import Digest, VerifyReport, verify
+from toki.chain import Digest, VerifyReport, check_consumption, verify
 from toki.errors import IntegrityError, StoreError
 from toki.log import Event
 from toki.projection import reconcile
 from toki.replay import replay
 from toki.store.base import ALL_SEQS, EventStore, open_store, sqlite_path
 
-__all__ = ["open_existing", "projection_problem", "verify_store", "verify_url"]
+__all__ = [
+    "consumption_problem",
+    "open_existing",
+    "projection_problem",
+    "verify_store",
+    "verify_url",
+]
 
 
 def open_existing(url: str) -> EventStore:
@@ -69,8 +75,20 @@ def verify_store(
     )
     if not report.ok:
         return report
-    problem = projection_problem(store)
+    problem = projection_problem(store) or consumption_problem(store)
     return report if problem is None else dataclasses.replace(report, problem=problem)
+
+
+def consumption_problem(store: EventStore) -> str | None:
+    """None if the consumption records chain up to their seal (toki.chain.check_consumption)."""
+    load = getattr(store, "load_consumption_log", None)
+    if load is None:
+        return None
+    try:
+        records, seal = load()
+    except IntegrityError as exc:
+        return str(exc)
+    return check_consumption(f"{store.url}: toki_consumption", records, seal)
 
 
 def projection_problem(store: EventStore) -> str | None:

@@ -11,7 +11,7 @@ from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 
-from toki.chain import Digest
+from toki.chain import GENESIS, Digest, consumption_link
 from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
@@ -30,6 +30,8 @@ class InMemoryStore:
         self._projection: dict[FactKey, KeySummary] = {}
         self._watermark = 0
         self._consumption: dict[str, tuple[str, str]] = {}  # record id -> (consumer, payload)
+        self._consumption_links: dict[str, str] = {}  # record id -> its chain link
+        self._consumption_head = GENESIS
         self._ops: dict[str, str] = {}  # operation id -> recorded outcome
         self._lock = threading.RLock()
 
@@ -103,7 +105,12 @@ class InMemoryStore:
         """Append (record id, consumer, read_at, payload) rows; a known id is a no-op."""
         with self._lock:
             for record_id, consumer, _, payload in rows:
-                self._consumption.setdefault(record_id, (consumer, payload))
+                if record_id not in self._consumption:
+                    self._consumption_head = consumption_link(
+                        self._consumption_head, record_id, payload
+                    )
+                    self._consumption[record_id] = (consumer, payload)
+                    self._consumption_links[record_id] = self._consumption_head
 
     def load_consumption(self, consumer: str | None = None) -> list[tuple[str, str]]:
         """(record id, payload) rows in append order, of one consumer or all."""
@@ -113,6 +120,13 @@ class InMemoryStore:
                 for rid, (who, payload) in self._consumption.items()
                 if consumer is None or who == consumer
             ]
+
+    def load_consumption_log(self) -> tuple[list[tuple[str, str, str | None]], Digest | None]:
+        """Every consumption record (id, payload, link) in append order, and the seal."""
+        with self._lock:
+            links = self._consumption_links
+            records = [(rid, p, links.get(rid)) for rid, (_, p) in self._consumption.items()]
+            return records, Digest(len(records), self._consumption_head)
 
     def close(self) -> None:
         pass

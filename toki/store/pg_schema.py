@@ -224,6 +224,7 @@ CREATE TABLE IF NOT EXISTS toki_op (
 );
 CREATE OR REPLACE TRIGGER toki_op_append_only BEFORE UPDATE OR DELETE
     ON toki_op FOR EACH ROW EXECUTE FUNCTION toki_append_only();
+ALTER TABLE toki_consumption ADD COLUMN IF NOT EXISTS chain text;
 DROP INDEX IF EXISTS toki_consumption_consumer;
 CREATE INDEX IF NOT EXISTS toki_consumption_consumer_md5
     ON toki_consumption (md5(consumer), n);
@@ -233,7 +234,8 @@ CREATE INDEX IF NOT EXISTS toki_consumption_consumer_md5
 def _migration_5(cur: psycopg.Cursor[Any]) -> None:
     """Operation ids (issue #36): each write's id and outcome, committed with its events, so
     that after a lost connection the outcome is looked up and a retry never stores twice.
-    The consumer index goes through md5(consumer): a btree row holds at most ~2.7 kB, so a
+    Consumption records get a chain link of their own (toki.chain.consumption_link). The
+    consumer index goes through md5(consumer): a btree row holds at most ~2.7 kB, so a
     longer consumer name failed on PostgreSQL only."""
     cur.execute(_M5)
 

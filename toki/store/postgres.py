@@ -27,7 +27,7 @@ from psycopg import sql
 from psycopg.types.range import Range
 
 from toki.canonical import canonical_json, digest
-from toki.chain import GENESIS, Digest, check_seal, link
+from toki.chain import GENESIS, Digest, check_seal, consumption_link, link
 from toki.errors import (
     ConstraintViolation,
     IntegrityError,
@@ -54,6 +54,7 @@ _LOCK_CLASS = 0x70C1  # "toki" writer lock
 _MIGRATE_CLASS = 0x70C2  # schema migrations
 
 _SEQ_CLASS = 0x70C3  # the sequencer
+_CONSUME_CLASS = 0x70C4  # the consumption log's chain (named reads)
 _KEY_COLS = "tenant, subject, scope_kind, scope_key, fact_key"
 _EVENT_COLS = (
     "seq, key_seq, kind, tenant, subject, scope_kind, scope_key, fact_key, recorded_at, "
@@ -752,14 +753,60 @@ class PostgresStore:
         autocommit statement: no write lock, no head row, nothing of the event log."""
         if not rows:
             return
-        cols = [list(c) for c in zip(*rows, strict=True)]
         with self._lock, self._errors():
-            self._live().execute(
-                "INSERT INTO toki_consumption (record_id, consumer, read_at, payload) "
-                "SELECT * FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::text[]) "
-                "ON CONFLICT (record_id) DO NOTHING",
-                cols,
-            )
+            conn = self._live()
+            with conn.transaction(), conn.cursor() as cur:
+                # named reads serialise among themselves (their own lock), never with writes
+                cur.execute(
+                    "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_CONSUME_CLASS, self.schema)
+                )
+                seal = cur.execute(
+                    "SELECT value FROM toki_meta WHERE name = 'consumption_seal'"
+                ).fetchone()
+                if seal is None:  # the first chained record: after any unchained ones
+                    count = cur.execute("SELECT count(*) FROM toki_consumption").fetchone()
+                    position, head = int(count[0]) if count else 0, GENESIS
+                else:
+                    sealed = _parse_text_seal(self.url, str(seal[0]))
+                    position, head = sealed.seq, sealed.head
+                known = {
+                    str(r[0])
+                    for r in cur.execute(
+                        "SELECT record_id FROM toki_consumption WHERE record_id = ANY(%s)",
+                        ([r[0] for r in rows],),
+                    ).fetchall()
+                }
+                fresh = []
+                for record_id, consumer, read_at, payload in rows:
+                    if record_id in known:  # a known id is a no-op
+                        continue
+                    known.add(record_id)
+                    head = consumption_link(head, record_id, payload)
+                    position += 1
+                    fresh.append((record_id, consumer, read_at, payload, head))
+                if fresh:
+                    cur.executemany(
+                        "INSERT INTO toki_consumption (record_id, consumer, read_at, payload, "
+                        "chain) VALUES (%s, %s, %s, %s, %s)",
+                        fresh,
+                    )
+                    cur.execute(
+                        "INSERT INTO toki_meta VALUES ('consumption_seal', %s) "
+                        "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                        (f"{position}:{head}",),
+                    )
+
+    def load_consumption_log(self) -> tuple[list[tuple[str, str, str | None]], Digest | None]:
+        """Every consumption record (id, payload, link) in append order, and the seal."""
+        with self._lock, self._errors(), self._snapshot() as cur:
+            rows = cur.execute(
+                "SELECT record_id, payload, chain FROM toki_consumption ORDER BY n"
+            ).fetchall()
+            seal = cur.execute(
+                "SELECT value FROM toki_meta WHERE name = 'consumption_seal'"
+            ).fetchone()
+        parsed = None if seal is None else _parse_text_seal(self.url, str(seal[0]))
+        return [(str(a), str(b), None if c is None else str(c)) for a, b, c in rows], parsed
 
     def load_consumption(self, consumer: str | None = None) -> list[tuple[str, str]]:
         """(record id, payload) rows in append order, of one consumer or all."""
@@ -888,14 +935,16 @@ def _seal(cur: psycopg.Cursor[Any], seq: int, head: str) -> None:
 
 def _read_seal(cur: psycopg.Cursor[Any], where: str) -> Digest | None:
     row = cur.execute("SELECT value FROM toki_meta WHERE name = 'chain_seal'").fetchone()
-    if row is None:
-        return None
+    return None if row is None else _parse_text_seal(where, str(row[0]))
+
+
+def _parse_text_seal(where: str, text: str) -> Digest:
     try:
-        return Digest.parse(str(row[0]))
+        return Digest.parse(text)
     except InvalidInput:
         raise IntegrityError(
-            f"{where}: the chain seal in toki_meta ({row[0]!r}) is not a digest: it was "
-            "changed outside toki; run `toki verify URL --digest D` with a digest saved earlier"
+            f"{where}: a seal in toki_meta ({text!r}) is not a digest: it was changed outside "
+            "toki; run `toki verify URL --digest D` with a digest saved earlier"
         ) from None
 
 

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
 from toki.canonical import canonical_json
-from toki.chain import GENESIS, Digest, check_seal, link
+from toki.chain import GENESIS, Digest, check_seal, consumption_link, link
 from toki.errors import (
     ConstraintViolation,
     IntegrityError,
@@ -109,7 +109,8 @@ CREATE TABLE IF NOT EXISTS toki_consumption (
     record_id TEXT NOT NULL UNIQUE,
     consumer  TEXT NOT NULL,
     read_at   TEXT NOT NULL,
-    payload   TEXT NOT NULL
+    payload   TEXT NOT NULL,
+    chain     TEXT
 );
 CREATE INDEX IF NOT EXISTS toki_consumption_consumer ON toki_consumption (consumer);
 CREATE TRIGGER IF NOT EXISTS toki_consumption_no_update BEFORE UPDATE ON toki_consumption
@@ -277,11 +278,17 @@ class SQLiteStore:
                     conn.execute("ROLLBACK")
                 raise
         conn.executescript(_SCHEMA)  # recreates a dropped trigger or index
-        # a store chained before the seal existed is sealed at its head (check_seal)
-        conn.execute(
-            "INSERT OR IGNORE INTO toki_meta SELECT 'chain_seal', seq || ':' || chain "
-            "FROM toki_event WHERE chain IS NOT NULL AND seq = (SELECT max(seq) FROM toki_event)"
-        )
+        if "chain" not in {r[1] for r in conn.execute("PRAGMA table_info(toki_consumption)")}:
+            conn.execute("ALTER TABLE toki_consumption ADD COLUMN chain TEXT")  # issue #36
+        # a store chained before the seal existed is sealed at its head (check_seal); read
+        # first: a write would wait for the lock another connection may hold
+        head = conn.execute(
+            "SELECT seq || ':' || chain FROM toki_event WHERE chain IS NOT NULL AND seq = "
+            "(SELECT max(seq) FROM toki_event) AND NOT EXISTS (SELECT 1 FROM toki_meta WHERE "
+            "name = 'chain_seal')"
+        ).fetchone()
+        if head is not None:
+            conn.execute("INSERT OR IGNORE INTO toki_meta VALUES ('chain_seal', ?)", head)
 
     def _version(self, tables: set[str]) -> int | None:
         """The file's schema version (None: a new file); a newer one than ours is refused."""
@@ -596,11 +603,53 @@ class SQLiteStore:
         """Append (record id, consumer, read_at, payload) rows; a known id is a no-op. Its own
         short transaction: it never touches the event log or the projection."""
         with self._locked(), self._errors():
-            self._conn.executemany(
-                "INSERT OR IGNORE INTO toki_consumption (record_id, consumer, read_at, payload) "
-                "VALUES (?,?,?,?)",
-                rows,
+            conn = self._conn
+            seal = conn.execute(
+                "SELECT value FROM toki_meta WHERE name = 'consumption_seal'"
+            ).fetchone()
+            if seal is None:  # the first chained record: after any unchained ones
+                count = conn.execute("SELECT count(*) FROM toki_consumption").fetchone()
+                position, head = int(count[0]), GENESIS
+            else:
+                sealed = _parse_seal(self.path, str(seal[0]))
+                position, head = sealed.seq, sealed.head
+            for record_id, consumer, read_at, payload in rows:
+                known = conn.execute(
+                    "SELECT 1 FROM toki_consumption WHERE record_id = ?", (record_id,)
+                ).fetchone()
+                if known:  # a known id is a no-op
+                    continue
+                head = consumption_link(head, record_id, payload)
+                position += 1
+                conn.execute(
+                    "INSERT INTO toki_consumption (record_id, consumer, read_at, payload, chain) "
+                    "VALUES (?,?,?,?,?)",
+                    (record_id, consumer, read_at, payload, head),
+                )
+            conn.execute(
+                "INSERT OR REPLACE INTO toki_meta VALUES ('consumption_seal', ?)",
+                (f"{position}:{head}" if position else "0:",),
             )
+
+    def load_consumption_log(self) -> tuple[list[tuple[str, str, str | None]], Digest | None]:
+        """Every consumption record (id, payload, link) in append order, and the seal."""
+        with self._lock:
+            self._run("BEGIN")
+            try:
+                with self._errors():
+                    info = self._conn.execute("PRAGMA table_info(toki_consumption)")
+                    columns = {r[1] for r in info}
+                    chain = "chain" if "chain" in columns else "NULL"  # read-only, pre-#36
+                    rows = self._conn.execute(
+                        f"SELECT record_id, payload, {chain} FROM toki_consumption ORDER BY n"
+                    ).fetchall()
+                    seal = self._conn.execute(
+                        "SELECT value FROM toki_meta WHERE name = 'consumption_seal'"
+                    ).fetchone()
+            finally:
+                self._conn.execute("COMMIT")
+        parsed = None if seal is None else _parse_seal(self.path, str(seal[0]))
+        return [(str(a), str(b), None if c is None else str(c)) for a, b, c in rows], parsed
 
     def load_consumption(self, consumer: str | None = None) -> list[tuple[str, str]]:
         """(record id, payload) rows in append order, of one consumer or all."""
