@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from tests.conftest import MemoryFactory
 from tests.small_history import write_small_history
@@ -142,21 +143,33 @@ def test_f4_verify_of_a_missing_store_exits_2_and_creates_nothing(
     err = capsys.readouterr().err.strip()
     assert "no toki store" in err and len(err.splitlines()) == 1
     schema = f"toki_missing_{uuid.uuid4().hex[:8]}"
-    assert main(["verify", f"{pg_dsn}?schema={schema}"]) == 2
-    assert "no toki store" in capsys.readouterr().err
-    assert not _schema_exists(pg_dsn, schema)
+    try:
+        assert main(["verify", f"{pg_dsn}?schema={schema}"]) == 2
+        assert "no toki store" in capsys.readouterr().err
+        assert not _schema_exists(pg_dsn, schema)
+    finally:  # a regression must not leave its schema in the shared database
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def _schema_exists(dsn: str, schema: str) -> bool:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE %s", (schema[:20] + "%",)
-        ).fetchone()
-    return bool(row and row[0])
+        row = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,))
+        found = row.fetchone()
+    return bool(found and found[0])
+
+
+def _as_postgres_would_name(schema: str) -> set[str]:
+    """The names a schema could have got from PostgreSQL: cut at a NUL, cut to 63 bytes."""
+    cut = schema.split("\x00")[0]
+    data = cut.encode("utf-8", "surrogatepass")[:63]
+    return {cut, data.decode("utf-8", "ignore")} - {""}
 
 
 @pytest.mark.parametrize(
-    "schema", ["a%00b", "x" * 64, "é" * 32, "tab\tname", " "], ids=["nul", "64", "utf8", "tab", "blank"]
+    "schema",
+    ["a%00b", "x" * 64, "é" * 32, "tab\tname", " "],
+    ids=["nul", "64", "utf8", "tab", "blank"],
 )
 def test_f4_f6_bad_schema_names_are_refused_before_any_ddl(pg_dsn: str, schema: str) -> None:
     """Findings 4 and 6: a %00 in a schema name left a truncated schema behind; names over
@@ -164,13 +177,18 @@ def test_f4_f6_bad_schema_names_are_refused_before_any_ddl(pg_dsn: str, schema: 
     before anything is created."""
     from urllib.parse import quote, unquote
 
-    url = f"{pg_dsn}?schema={quote(unquote(schema))}"
-    with pytest.raises(InvalidInput, match="schema"):
-        Memory.open(url)
-    assert main(["verify", url]) == 2
-    prefix = unquote(schema).split("\x00")[0][:20]
-    if prefix.strip():
-        assert not _schema_exists(pg_dsn, prefix)
+    name = unquote(schema)
+    url = f"{pg_dsn}?schema={quote(name)}"
+    try:
+        with pytest.raises(InvalidInput, match="schema"):
+            Memory.open(url)
+        assert main(["verify", url]) == 2
+        assert not any(_schema_exists(pg_dsn, n) for n in _as_postgres_would_name(name))
+    finally:  # a regression must not leave its schema in the shared database
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            for n in _as_postgres_would_name(name):
+                drop = sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(n))
+                conn.execute(drop)
 
 
 def test_f6_the_longest_schema_name_is_kept_whole(pg_store: Callable[..., Any]) -> None:
@@ -243,9 +261,12 @@ def test_f10_a_store_on_read_only_media_opens_and_verifies(tmp_path: Path) -> No
     (Needs a read-only mount: root may mount a tmpfs; skipped where it cannot.)"""
     media = tmp_path / "media"
     media.mkdir()
-    if os.geteuid() != 0 or subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(media)], capture_output=True
-    ).returncode:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(media)], capture_output=True
+        ).returncode
+    ):
         pytest.skip("cannot mount a read-only file system here")
     try:
         url = f"sqlite:///{media / 'ro.db'}"

@@ -17,21 +17,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
-from datetime import datetime
 from typing import Any, cast
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
-from psycopg.types.range import Range
 
-from toki.canonical import canonical_json, digest
+from toki.canonical import digest
 from toki.chain import GENESIS, Digest, check_seal, consumption_link, link
 from toki.errors import (
     ConstraintViolation,
     IntegrityError,
-    InvalidInput,
     OutcomeUnknown,
     StoreError,
     WriteConflict,
@@ -41,8 +37,26 @@ from toki.log import Event, EventKind
 from toki.model import FactKey
 from toki.replay import KeySummary
 from toki.store.base import EVENT_COLUMNS, LOG_COLUMNS, Operation, Plan, events_from_rows
+from toki.store.pg_rows import (
+    Hooked,
+    bounds,
+    cause,
+    check_schema_name,
+    describe,
+    event_row,
+    jsonb,
+    key_row,
+    overlap_message,
+    parse_text_seal,
+    read_seal,
+    split_schema,
+    version_drift,
+    version_row,
+    version_table,
+    with_schema,
+    write_seal,
+)
 from toki.store.pg_schema import MIGRATIONS, SCHEMA_VERSION
-from toki.time import format_instant, parse_instant
 
 __all__ = ["DEFAULT_DSN", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStore", "default_dsn"]
 
@@ -120,7 +134,7 @@ class PostgresStore:
     def __init__(self, url: str, *, schema: str | None = None, existing: bool = False) -> None:
         """existing: open only a toki store that is there, creating and migrating nothing
         (`toki verify`, `toki shadow`): a missing schema is a StoreError."""
-        dsn, url_schema = _split_schema(url)
+        dsn, url_schema = split_schema(url)
         self.dsn = dsn
         self.schema = check_schema_name(schema or url_schema)
         self._existing = existing
@@ -135,7 +149,7 @@ class PostgresStore:
                     "(create one, or pass ?schema=NAME in the URL)"
                 )
             self.schema = str(row[0])
-        self.url = dsn if schema is None and url_schema is None else _with_schema(dsn, self.schema)
+        self.url = dsn if schema is None and url_schema is None else with_schema(dsn, self.schema)
         if existing:
             self._check_exists()
         else:
@@ -185,7 +199,7 @@ class PostgresStore:
         except (*_RETRYABLE, _HeadMoved):  # 40001 / 40P01 / a moved head: the caller retries
             raise
         except pg_errors.IntegrityError as exc:
-            raise ConstraintViolation(_describe(exc)) from exc
+            raise ConstraintViolation(describe(exc)) from exc
         except pg_errors.RestrictViolation as exc:
             raise ConstraintViolation(str(exc).strip()) from exc
         except psycopg.OperationalError as exc:
@@ -196,7 +210,7 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise StoreError(
                 f"url: PostgreSQL at {mask_dsn(self.dsn)} refused the statement: "
-                f"{_describe(exc)}; nothing uncommitted was kept"
+                f"{describe(exc)}; nothing uncommitted was kept"
             ) from exc
 
     def _check_exists(self) -> None:
@@ -295,15 +309,15 @@ class PostgresStore:
                 with cur.copy(f"COPY toki_event ({_EVENT_COLS}, chain) FROM STDIN") as copy:
                     for e in events:
                         prev = link(prev, e)
-                        copy.write_row((*_event_row(e), prev))
-                _seal(cur, events[-1].seq, prev)
+                        copy.write_row((*event_row(e), prev))
+                write_seal(cur, events[-1].seq, prev)
                 self._insert_versions(cur, events, sequenced=True)
             if replace:
                 cur.execute("DELETE FROM toki_adjudicated")
                 cur.execute("DELETE FROM toki_current")
                 self._rebuild_versions(cur)
             elif summaries:
-                cols = list(zip(*(_key_row(k) for k in summaries), strict=True))
+                cols = list(zip(*(key_row(k) for k in summaries), strict=True))
                 for table in ("toki_adjudicated", "toki_current"):
                     cur.execute(
                         sql.SQL(
@@ -337,7 +351,7 @@ class PostgresStore:
         connection is lost, the outcome is looked up by the op id before anything is
         reported: committed is success, not committed a StoreError, and a lookup that cannot
         be made OutcomeUnknown (retry with the same op id: it never stores twice)."""
-        ordered = sorted(keys, key=_key_row)
+        ordered = sorted(keys, key=key_row)
         self._ensure_heads(ordered)
         retries = 0
         while True:
@@ -349,7 +363,7 @@ class PostgresStore:
                 if retries > MAX_RETRIES:
                     raise WriteConflict(
                         f"write to {', '.join(str(k) for k in ordered)} at {level.value} "
-                        f"still conflicted after {MAX_RETRIES} retries ({_cause(exc)}); "
+                        f"still conflicted after {MAX_RETRIES} retries ({cause(exc)}); "
                         "nothing was written"
                     ) from exc
                 time.sleep(random.uniform(0, min(0.2, 0.002 * 2**retries)))
@@ -388,7 +402,7 @@ class PostgresStore:
     def _ensure_heads(self, keys: Sequence[FactKey]) -> None:
         """Create missing head rows (pos 0) before the write's transaction, so that the
         transaction only ever updates them (an insert race would be a unique violation)."""
-        cols = [list(c) for c in zip(*(_key_row(k) for k in keys), strict=True)]
+        cols = [list(c) for c in zip(*(key_row(k) for k in keys), strict=True)]
         with self._lock, self._errors():
             self._live().execute(
                 "INSERT INTO toki_head SELECT a, b, c, d, e, 0 FROM unnest(%s::text[], "
@@ -407,7 +421,7 @@ class PostgresStore:
         self._depth = 1
         try:
             with conn.cursor() as raw:
-                cur = cast("psycopg.Cursor[Any]", _Hooked(raw, self.statement_hook))
+                cur = cast("psycopg.Cursor[Any]", Hooked(raw, self.statement_hook))
                 self._step("begin", cur, f"BEGIN ISOLATION LEVEL {_LEVELS[level]}".encode())
                 try:
                     done = self._write_in(cur, keys, plan, op)
@@ -446,13 +460,13 @@ class PostgresStore:
         new_pos: dict[FactKey, int] = {}
         for e in events:
             new_pos[e.key] = max(new_pos.get(e.key, 0), e.key_seq)
-        for key in sorted(new_pos, key=_key_row):
+        for key in sorted(new_pos, key=key_row):
             self._step(
                 "head",
                 cur,
                 "UPDATE toki_head SET pos = %s WHERE tenant = %s AND subject = %s "
                 "AND scope_kind = %s AND scope_key = %s AND fact_key = %s AND pos = %s",
-                (new_pos[key], *_key_row(key), read_pos.get(key, 0)),
+                (new_pos[key], *key_row(key), read_pos.get(key, 0)),
             )
             if cur.rowcount != 1:
                 raise _HeadMoved(f"head of {key} moved")
@@ -473,13 +487,13 @@ class PostgresStore:
             tick, events = params
             with cur.copy(f"COPY toki_pending ({_PENDING_COLS}) FROM STDIN") as copy:
                 for e in events:
-                    copy.write_row((tick, *_event_row(e)[1:]))
+                    copy.write_row((tick, *event_row(e)[1:]))
         elif query is not None:
             cur.execute(query, params)
 
     def _read_partition(self, cur: psycopg.Cursor[Any], keys: Sequence[FactKey]) -> list[Event]:
         """The keys' events, sequenced or not, in one statement (one snapshot even at RC)."""
-        cols = [list(c) for c in zip(*(_key_row(k) for k in keys), strict=True)]
+        cols = [list(c) for c in zip(*(key_row(k) for k in keys), strict=True)]
         rows = cur.execute(
             "WITH k AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], "
             "%s::text[]) AS k(a, b, c, d, e)) "
@@ -499,7 +513,7 @@ class PostgresStore:
         """Replace the projection rows of the written keys (the head rows make them ours)."""
         if not summaries:
             return
-        cols = list(zip(*(_key_row(k) for k in summaries), strict=True))
+        cols = list(zip(*(key_row(k) for k in summaries), strict=True))
         for table in ("toki_adjudicated", "toki_current"):
             cur.execute(
                 sql.SQL(
@@ -519,7 +533,7 @@ class PostgresStore:
             "INSERT INTO toki_current VALUES (%s,%s,%s,%s,%s,%s,%s::text[],%s,%s)",
             [
                 (
-                    *_key_row(k),
+                    *key_row(k),
                     s.value_hash,
                     list(s.version_ids),
                     s.open_conflicts,
@@ -529,7 +543,7 @@ class PostgresStore:
             ],
         )
         segments = [  # the EXCLUDE constraint compares value_digest (any value size fits)
-            (*_key_row(k), i, vid, _jsonb(value), value, start, end, digest(value, 64))
+            (*key_row(k), i, vid, jsonb(value), value, start, end, digest(value, 64))
             for k, s in summaries.items()
             for i, (vid, value, start, end) in enumerate(s.segments)
         ]
@@ -544,7 +558,7 @@ class PostgresStore:
                         segments,
                     )
             except pg_errors.ExclusionViolation as exc:
-                raise ConstraintViolation(_overlap_message(summaries, exc)) from exc
+                raise ConstraintViolation(overlap_message(summaries, exc)) from exc
 
     def sequence(self) -> int:
         """Give committed pending events the dense global seq, in (tick, key, key_seq) order,
@@ -577,13 +591,13 @@ class PostgresStore:
                     links.append(prev)
                 with cur.copy(f"COPY toki_event ({_EVENT_COLS}, chain) FROM STDIN") as copy:
                     for e, chained in zip(events, links, strict=True):
-                        copy.write_row((*_event_row(e), chained))
+                        copy.write_row((*event_row(e), chained))
                 cur.execute(
                     "DELETE FROM toki_pending WHERE event_id = ANY(%s)",
                     ([e.event_id for e in events],),
                 )
                 cur.execute("UPDATE toki_meta SET value = %s WHERE name = 'watermark'", (str(seq),))
-                _seal(cur, seq, prev)
+                write_seal(cur, seq, prev)
         return len(events)
 
     def _rebuild_versions(self, cur: psycopg.Cursor[Any]) -> None:
@@ -605,7 +619,7 @@ class PostgresStore:
         """Version rows of the ASSERTs, in the writer's transaction (so that a value the
         server refuses fails the write, never the sequencer); event_seq is set only for
         events written already sequenced, (key, key_seq) always names the event."""
-        versions = [_version_row(e, sequenced) for e in events if e.kind is EventKind.ASSERT]
+        versions = [version_row(e, sequenced) for e in events if e.kind is EventKind.ASSERT]
         if versions:  # one statement; a version asserted again keeps its first row
             cur.execute(
                 "INSERT INTO toki_version (id, tenant, subject, scope_kind, scope_key, "
@@ -627,14 +641,14 @@ class PostgresStore:
             conn = self._live()
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                seal = _read_seal(cur, self.url)
+                seal = read_seal(cur, self.url)
                 rows = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
                 pending = cur.execute(
                     "SELECT 0, key_seq, kind, payload, payload_hash, event_id FROM toki_pending "
                     f"ORDER BY tick, {_KEY_COLS}, key_seq"
                 ).fetchall()
                 watermark, projection = self._read_projection(cur)
-                version_rows = _version_table(cur)
+                version_rows = version_table(cur)
         events = list(events_from_rows(rows, self.url))
         unsequenced = list(events_from_rows(pending, self.url))
         check_seal(self.url, events, seal)  # no downgrade: a stripped or shortened chain
@@ -650,14 +664,14 @@ class PostgresStore:
             conn = self._live()
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                seal = _read_seal(cur, self.url)
+                seal = read_seal(cur, self.url)
                 rows = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
         return list(events_from_rows(rows, self.url)), seal
 
     def version_drift(self) -> dict[FactKey, str]:
         """Keys whose toki_version rows differ from the log's ASSERTs (verify reports them)."""
         with self._lock, self._errors(), self._snapshot() as cur:
-            version_rows = _version_table(cur)
+            version_rows = version_table(cur)
             rows = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
         return version_drift(version_rows, list(events_from_rows(rows, self.url)))
 
@@ -678,7 +692,7 @@ class PostgresStore:
         """The one-time migration of an unchained log: store the links of events that have
         none (the append-only trigger is disabled for this statement only, in one transaction)."""
         with self._locked(), self._errors(), self._conn.cursor() as cur:
-            if _read_seal(cur, self.url) is not None:  # once chained, never again
+            if read_seal(cur, self.url) is not None:  # once chained, never again
                 raise IntegrityError(
                     f"{self.url}: the store's chain is sealed; it cannot be chained again"
                 )
@@ -689,7 +703,7 @@ class PostgresStore:
             )
             cur.execute("ALTER TABLE toki_event ENABLE TRIGGER toki_event_append_only")
             if links:
-                _seal(cur, *links[-1])
+                write_seal(cur, *links[-1])
 
     def load(self, after_seq: int = 0) -> Iterator[Event]:
         with self._lock, self._errors():
@@ -725,7 +739,7 @@ class PostgresStore:
         by_key: dict[FactKey, list[tuple[str, str, str | None, str | None]]] = {}
         for tenant, subject, kind, skey, fkey, vid, value, during in segs:
             key = FactKey(tenant, subject, fkey, kind, skey)
-            by_key.setdefault(key, []).append((vid, value, *_bounds(during)))
+            by_key.setdefault(key, []).append((vid, value, *bounds(during)))
         out: dict[FactKey, KeySummary] = {}
         for tenant, subject, kind, skey, fkey, value_hash, vids, conflicts, intervals in rows:
             key = FactKey(tenant, subject, fkey, kind, skey)
@@ -767,7 +781,7 @@ class PostgresStore:
                     count = cur.execute("SELECT count(*) FROM toki_consumption").fetchone()
                     position, head = int(count[0]) if count else 0, GENESIS
                 else:
-                    sealed = _parse_text_seal(self.url, str(seal[0]))
+                    sealed = parse_text_seal(self.url, str(seal[0]))
                     position, head = sealed.seq, sealed.head
                 known = {
                     str(r[0])
@@ -805,7 +819,7 @@ class PostgresStore:
             seal = cur.execute(
                 "SELECT value FROM toki_meta WHERE name = 'consumption_seal'"
             ).fetchone()
-        parsed = None if seal is None else _parse_text_seal(self.url, str(seal[0]))
+        parsed = None if seal is None else parse_text_seal(self.url, str(seal[0]))
         return [(str(a), str(b), None if c is None else str(c)) for a, b, c in rows], parsed
 
     def load_consumption(self, consumer: str | None = None) -> list[tuple[str, str]]:
@@ -838,243 +852,3 @@ class PostgresStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-class _Hooked:
-    """A cursor whose statements call a hook before and after each one (fault injection)."""
-
-    def __init__(self, cur: psycopg.Cursor[Any], hook: Callable[[str, str], None] | None):
-        self._cur = cur
-        self._hook = hook or (lambda stage, statement: None)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cur, name)
-
-    def execute(self, query: Any, params: Any = None) -> psycopg.Cursor[Any]:
-        text = _text(query)
-        self._hook("before", text)
-        result = self._cur.execute(query, params)
-        self._hook("after", text)
-        return result
-
-    def executemany(self, query: Any, params: Any) -> None:
-        text = _text(query)
-        self._hook("before", text)
-        self._cur.executemany(query, params)
-        self._hook("after", text)
-
-    @contextmanager
-    def copy(self, statement: str) -> Iterator[Any]:
-        self._hook("before", statement)
-        with self._cur.copy(statement.encode()) as copy:
-            yield copy
-        self._hook("after", statement)
-
-
-def _text(query: Any) -> str:
-    if isinstance(query, bytes):
-        return query.decode()
-    return query if isinstance(query, str) else repr(query)
-
-
-# ------------------------------------------------------------------------------ rows
-
-
-MAX_SCHEMA_BYTES = 63
-"""PostgreSQL's identifier limit (NAMEDATALEN - 1): a longer name is silently truncated."""
-
-
-def check_schema_name(schema: str | None) -> str | None:
-    """A schema name PostgreSQL keeps as given: at most 63 bytes of UTF-8, no control
-    characters (a NUL cut the name short), not blank; checked before any DDL (issue #36)."""
-    if schema is None:
-        return None
-    problem = None
-    if not isinstance(schema, str) or not schema.strip():
-        problem = "must be a non-empty name"
-    elif any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in schema):
-        problem = "contains a control character or lone surrogate"
-    elif len(schema.encode("utf-8")) > MAX_SCHEMA_BYTES:
-        problem = (
-            f"is {len(schema.encode('utf-8'))} bytes; PostgreSQL keeps {MAX_SCHEMA_BYTES} and "
-            "would cut it short, so two long names could name one store"
-        )
-    if problem is not None:
-        raise InvalidInput(
-            "schema", f"{schema!r} {problem}", f"use at most {MAX_SCHEMA_BYTES} printable bytes"
-        )
-    return schema
-
-
-def _split_schema(url: str) -> tuple[str, str | None]:
-    """Take toki's own `schema` query parameter off the URL (libpq would refuse it)."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((v for k, v in query if k == "schema"), None)
-    rest = urlencode([(k, v) for k, v in query if k != "schema"], quote_via=quote)  # libpq: no '+'
-
-    return urlunsplit(parts._replace(query=rest)), schema or None
-
-
-def _with_schema(dsn: str, schema: str) -> str:
-    parts = urlsplit(dsn)
-    query = urlencode(
-        [*parse_qsl(parts.query, keep_blank_values=True), ("schema", schema)], quote_via=quote
-    )
-    return urlunsplit(parts._replace(query=query))
-
-
-def _seal(cur: psycopg.Cursor[Any], seq: int, head: str) -> None:
-    """Move the chain seal (toki.chain.check_seal) to (seq, head), in the caller's transaction."""
-    cur.execute(
-        "INSERT INTO toki_meta VALUES ('chain_seal', %s) "
-        "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-        (f"{seq}:{head}",),
-    )
-
-
-def _read_seal(cur: psycopg.Cursor[Any], where: str) -> Digest | None:
-    row = cur.execute("SELECT value FROM toki_meta WHERE name = 'chain_seal'").fetchone()
-    return None if row is None else _parse_text_seal(where, str(row[0]))
-
-
-def _parse_text_seal(where: str, text: str) -> Digest:
-    try:
-        return Digest.parse(text)
-    except InvalidInput:
-        raise IntegrityError(
-            f"{where}: a seal in toki_meta ({text!r}) is not a digest: it was changed outside "
-            "toki; run `toki verify URL --digest D` with a digest saved earlier"
-        ) from None
-
-
-_VERSION_SELECT = (
-    "SELECT id, tenant, subject, scope_kind, scope_key, fact_key, value_json, "
-    "lower(valid_during), upper(valid_during), recorded_at, source_id, source_hash, "
-    "supersedes, weight, key_seq, value IS NOT DISTINCT FROM (CASE WHEN strpos(value_json, "
-    "'\\u0000') > 0 THEN NULL ELSE value_json::jsonb END) FROM toki_version"
-)
-
-
-def _version_table(cur: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
-    """Every toki_version row as the columns `version_drift` compares (the jsonb `value`
-    as whether it still equals its exact text)."""
-    return list(cur.execute(_VERSION_SELECT).fetchall())
-
-
-def version_drift(rows: Sequence[tuple[Any, ...]], events: Sequence[Event]) -> dict[FactKey, str]:
-    """{key: a version id} for each key whose toki_version rows are not exactly the rows of
-    its first ASSERT per version (an edited, deleted or added row; issue #36 finding 5)."""
-    want: dict[str, tuple[Any, ...]] = {}
-    keys: dict[str, FactKey] = {}
-    for e in events:
-        if e.kind is EventKind.ASSERT and e.version_ids[0] not in want:
-            row = _version_row(e, False)
-            want[row[0]] = (*row[:6], *row[7:14], float(row[14]), row[16], True)
-            keys[row[0]] = e.key
-    drift: dict[FactKey, str] = {}
-    have = set()
-    for row in rows:
-        vid = str(row[0])
-        have.add(vid)
-        expected = want.get(vid)
-        if row[14] is None and expected is not None:  # written before rows named key_seq
-            expected = (*expected[:14], None, expected[15])
-        if expected is None or _norm(row) != _norm(expected):
-            key = keys.get(vid) or FactKey(row[1], row[2], row[5], row[3], row[4])
-            drift.setdefault(key, vid)
-    for vid in want.keys() - have:
-        drift.setdefault(keys[vid], vid)
-    return drift
-
-
-def _norm(row: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(format_instant(parse_instant(x)) if isinstance(x, datetime) else x for x in row)
-
-
-def _key_row(key: FactKey) -> tuple[str, str, str, str, str]:
-    return (key.tenant, key.subject, key.scope_kind, key.scope_key, key.fact_key)
-
-
-def _event_row(e: Event) -> tuple[Any, ...]:
-    return (
-        e.seq,
-        e.key_seq,
-        e.kind.value,
-        *_key_row(e.key),
-        e.recorded_at,
-        list(e.version_ids),
-        e.payload,
-        e.payload_hash,
-        e.event_id,
-    )
-
-
-def _version_row(e: Event, sequenced: bool) -> tuple[Any, ...]:
-    v = e.version
-    if v is None:  # pragma: no cover - event_from_record and make_event always set it
-        raise IntegrityError(f"event seq {e.seq}: an ASSERT without its version")
-    value_json = canonical_json(v.value)
-    return (
-        v.id,
-        *_key_row(v.key),
-        _jsonb(value_json),
-        value_json,
-        v.valid.start,
-        v.valid.end,
-        v.recorded_at,
-        v.source_id,
-        v.source_hash,
-        v.supersedes,
-        float(v.weight),
-        e.seq if sequenced else None,
-        e.key_seq,
-    )
-
-
-def _jsonb(value_json: str) -> str | None:
-    """jsonb cannot hold \\u0000; such a value keeps only its exact text column."""
-    return None if "\\u0000" in value_json else value_json
-
-
-def _bounds(during: Range[datetime]) -> tuple[str | None, str | None]:
-    lo = None if during.lower is None else format_instant(parse_instant(during.lower))
-    hi = None if during.upper is None else format_instant(parse_instant(during.upper))
-    return lo, hi
-
-
-def _overlap_message(summaries: Mapping[FactKey, KeySummary], exc: psycopg.Error) -> str:
-    """Name the key and the two intervals that the EXCLUDE constraint refused."""
-    for key, s in summaries.items():
-        segs = s.segments
-        for i, (va, xa, sa, ea) in enumerate(segs):
-            for vb, xb, sb, eb in segs[i + 1 :]:
-                if xa != xb and _overlaps(sa, ea, sb, eb):
-                    return (
-                        f"toki_adjudicated: key {key} would hold {xa} ({va}) on [{sa}, {ea}) "
-                        f"and {xb} ({vb}) on [{sb}, {eb}), which overlap (constraint "
-                        "toki_adjudicated_no_contradiction); nothing was written"
-                    )
-    return f"toki_adjudicated: {_describe(exc)}; nothing was written"
-
-
-def _overlaps(sa: str | None, ea: str | None, sb: str | None, eb: str | None) -> bool:
-    lo = max((parse_instant(x) for x in (sa, sb) if x is not None), default=None)
-    hi = min((parse_instant(x) for x in (ea, eb) if x is not None), default=None)
-    return lo is None or hi is None or lo < hi
-
-
-def _describe(exc: psycopg.Error) -> str:
-    diag = exc.diag
-    parts = [str(diag.message_primary or exc).strip()]
-    if diag.message_detail:
-        parts.append(diag.message_detail)
-    if diag.constraint_name:
-        parts.append(f"constraint {diag.constraint_name}")
-    return "; ".join(parts)
-
-
-def _cause(exc: BaseException) -> str:
-    if isinstance(exc, psycopg.Error):
-        return f"SQLSTATE {exc.sqlstate}: {str(exc).strip()}"
-    return str(exc)
