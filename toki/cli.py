@@ -759,9 +759,10 @@ def _cmd_shadow(args: argparse.Namespace) -> int:
     not be re-run (the rollout gate), 0 otherwise. The store is read, never written."""
     from toki.memory import Memory
     from toki.shadow import Config
+    from toki.store.audit import open_existing
 
     config = Config.from_toml(args.config)
-    with Memory.open(args.url) as mem:
+    with Memory(open_existing(args.url)) as mem:  # never creates a store (issue #36)
         report = mem.shadow(config, valid_at=args.valid_at)
     if args.json:
         _print_json(report.to_json())

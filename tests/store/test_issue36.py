@@ -396,3 +396,15 @@ def test_a_deleted_consumption_record_is_caught_by_verify(
     assert main(["verify", url]) == 1
     raw("DELETE FROM toki_consumption WHERE consumer = 'c'")  # and the last: the seal
     assert main(["verify", url]) == 1
+
+
+def test_f4_shadow_of_a_missing_store_exits_2_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`toki shadow` reads a store, never writes one: a missing store is exit 2, one line."""
+    config = tmp_path / "c.toml"
+    config.write_text('operators = { city = "EWM" }\n', encoding="utf-8")
+    missing = tmp_path / "nope.db"
+    assert main(["shadow", f"sqlite:///{missing}", "--config", str(config)]) == 2
+    assert not missing.exists()
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
