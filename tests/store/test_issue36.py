@@ -408,3 +408,37 @@ def test_f4_shadow_of_a_missing_store_exits_2_and_creates_nothing(
     assert main(["shadow", f"sqlite:///{missing}", "--config", str(config)]) == 2
     assert not missing.exists()
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_f1_a_pending_duplicate_left_by_an_older_toki_does_not_wedge_the_sequencer(
+    pg_store: Callable[..., Any],
+) -> None:
+    """Finding 1, the recovery: a store an older toki wedged holds a pending row whose id is
+    logged already. The sequencer leaves it pending (every reader ignores a duplicate id) and
+    sequences everything else; writes to its key go on."""
+    from tests.store.legacy import unpinned
+    from toki.log import event_from_record, make_event
+    from toki.replay import replay
+
+    store = pg_store()
+    fresh = make_event(1, 1, EventKind.CHAIN, CITY, AT, (), {"chained": 0})
+    payload, payload_hash, event_id = unpinned(fresh.kind.value, fresh.payload)
+    record = {"seq": 1, "key_seq": 1, "kind": fresh.kind.value, "payload": payload}
+    legacy = event_from_record({**record, "payload_hash": payload_hash, "event_id": event_id})
+    store.append([legacy], replay([legacy]).summaries(), 1)
+    store.execute(  # the second, identical event an older toki committed but never sequenced
+        "INSERT INTO toki_pending SELECT nextval('toki_tick'), 2, kind, tenant, subject, "
+        "scope_kind, scope_key, fact_key, recorded_at, version_ids, payload, payload_hash, "
+        "event_id FROM toki_event WHERE seq = 1"
+    )
+    store.execute(
+        "INSERT INTO toki_head VALUES ('acme', 'u1', 'global', '*', 'city', 2) "
+        "ON CONFLICT (tenant, subject, scope_kind, scope_key, fact_key) DO UPDATE SET pos = 2"
+    )
+    assert store.sequence() == 0  # nothing it can sequence, and no error
+    with Memory(store) as mem:
+        mem.write(Claim(CITY, "Lisbon", source_id="s1"))
+        assert mem.current(CITY).value == "Lisbon"
+        assert [e.key_seq for e in mem.events()] == [1, 3]
+        assert mem.verify().ok
+    assert store.execute("SELECT count(*) FROM toki_pending") == [(1,)]
