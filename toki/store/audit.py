@@ -75,7 +75,12 @@ def verify_store(
     )
     if not report.ok:
         return report
-    problem = projection_problem(store) or consumption_problem(store)
+    index = getattr(store, "index_problem", None)  # SQLite's toki_key, PostgreSQL's toki_head
+    problem = (
+        projection_problem(store)
+        or (index() if index is not None else None)
+        or consumption_problem(store)
+    )
     return report if problem is None else dataclasses.replace(report, problem=problem)
 
 

@@ -311,6 +311,15 @@ class PostgresStore:
                         prev = link(prev, e)
                         copy.write_row((*event_row(e), prev))
                 write_seal(cur, events[-1].seq, prev)
+                tops: dict[FactKey, int] = {}
+                for e in events:
+                    tops[e.key] = max(tops.get(e.key, 0), e.key_seq)
+                cur.executemany(  # the head rows follow, as a transact write moves them
+                    "INSERT INTO toki_head VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, "
+                    "subject, scope_kind, scope_key, fact_key) DO UPDATE SET pos = "
+                    "greatest(toki_head.pos, excluded.pos)",
+                    [(*key_row(k), top) for k, top in tops.items()],
+                )
                 self._insert_versions(cur, events, sequenced=True)
             if replace:
                 cur.execute("DELETE FROM toki_adjudicated")
@@ -809,6 +818,25 @@ class PostgresStore:
                         "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                         (f"{position}:{head}",),
                     )
+
+    def index_problem(self) -> str | None:
+        """A key whose head row (`toki_head.pos`) is not the last per-key seq the log and the
+        pending events hold (an edited head wedges that key's writes; `toki verify`)."""
+        with self._lock, self._errors(), self._snapshot() as cur:
+            row = cur.execute(
+                f"WITH logged AS (SELECT {_KEY_COLS}, max(key_seq) AS top FROM (SELECT "
+                f"{_KEY_COLS}, key_seq FROM toki_event UNION ALL SELECT {_KEY_COLS}, key_seq "
+                f"FROM toki_pending) e GROUP BY {_KEY_COLS}) "
+                f"SELECT {_KEY_COLS}, h.pos, l.top FROM toki_head h FULL JOIN logged l "
+                f"USING ({_KEY_COLS}) WHERE coalesce(h.pos, 0) <> coalesce(l.top, 0) LIMIT 1"
+            ).fetchone()
+        if row is None:
+            return None
+        tenant, subject, kind, skey, fkey, pos, top = row
+        return (
+            f"{self.url}: toki_head says key {FactKey(tenant, subject, fkey, kind, skey)} is at "
+            f"per-key seq {pos}, the log at {top or 0}: toki_head was changed outside toki"
+        )
 
     def load_consumption_log(self) -> tuple[list[tuple[str, str, str | None]], Digest | None]:
         """Every consumption record (id, payload, link) in append order, and the seal."""

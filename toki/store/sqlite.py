@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
-from toki.canonical import canonical_json
+from toki.canonical import canonical_json, decode_json
 from toki.chain import GENESIS, Digest, check_seal, consumption_link, link
 from toki.errors import (
     ConstraintViolation,
@@ -630,6 +630,24 @@ class SQLiteStore:
                 "INSERT OR REPLACE INTO toki_meta VALUES ('consumption_seal', ?)",
                 (f"{position}:{head}" if position else "0:",),
             )
+
+    def index_problem(self) -> str | None:
+        """The first event whose `toki_key` row names another fact key than its payload does
+        (toki_key is an index of the log: an edit there misfiles events; `toki verify`)."""
+        with self._lock, self._errors():
+            rows = self._conn.execute(
+                "SELECT e.seq, e.payload, k.fact_key FROM toki_event e LEFT JOIN toki_key k "
+                "ON k.id = e.key_id ORDER BY e.seq"
+            ).fetchall()
+        for seq, payload, key_text in rows:
+            key = decode_json(payload)["_key"]
+            if key_text is None or canonical_json(key) != key_text:
+                return (
+                    f"{self.path}: event seq {seq} is filed under toki_key "
+                    f"{key_text!r:.80}, not its own key: toki_key or toki_event.key_id was "
+                    "changed outside toki"
+                )
+        return None
 
     def load_consumption_log(self) -> tuple[list[tuple[str, str, str | None]], Digest | None]:
         """Every consumption record (id, payload, link) in append order, and the seal."""
