@@ -137,6 +137,16 @@ def t_projection(raw: Raw, url: str) -> None:
     raw("UPDATE toki_current SET value_hash = 'forged'")
 
 
+def t_key_index(raw: Raw, url: str) -> None:
+    raw("DROP TRIGGER IF EXISTS toki_key_no_update")
+    raw("UPDATE toki_key SET fact_key = replace(fact_key, 'u1', 'u9')")
+
+
+def t_consumption(raw: Raw, url: str) -> None:
+    raw("DROP TRIGGER IF EXISTS toki_consumption_no_delete")
+    raw("DELETE FROM toki_consumption WHERE consumer = 'reader-1'")
+
+
 TAMPERS: list[tuple[str, Callable[[Raw, str], None]]] = [
     ("edits a value without recomputing its hashes", t_stale),
     ("rewrites a value and recomputes its payload hash and id", t_rehash),
@@ -149,6 +159,8 @@ TAMPERS: list[tuple[str, Callable[[Raw, str], None]]] = [
     ("… and lowers the chain seal to match", t_delete_last_seal),
     ("renumbers events", t_renumber),
     ("edits only the projection (toki_current)", t_projection),
+    ("edits SQLite's `toki_key` (which key each event is filed under)", t_key_index),
+    ("deletes a consumption record (a named read)", t_consumption),
 ]
 
 
@@ -168,6 +180,8 @@ def _checks(url: str, saved: str, keyed: str, key_file: Path) -> list[bool]:
 def _measure(url: str, raw: Raw, tamper: Callable[[Raw, str], None], key_file: Path) -> list[bool]:
     with Memory.open(url) if url.startswith("sqlite") else _pg_memory(url) as mem:
         write_small_history(mem)
+        for reader in ("reader-0", "reader-1", "reader-2"):
+            mem.current(K, consumer=reader)
         saved, keyed = str(mem.digest()), str(mem.digest(key=KEY))
     if url.startswith("sqlite"):
         _unguard(raw)
@@ -196,6 +210,21 @@ def _older_copy(tmp_path: Path, key_file: Path) -> list[bool]:
     return _checks(url, saved, keyed, key_file)
 
 
+def pg_raw_for(url: str) -> Raw:
+    """Raw SQL in the schema of a toki PostgreSQL URL."""
+    from toki.store.pg_rows import split_schema
+
+    dsn, schema = split_schema(url)
+
+    def raw(query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{schema}"'.encode())
+            cur = conn.execute(query.replace("?", "%s").encode(), params)
+            return list(cur.fetchall()) if cur.description else []
+
+    return raw
+
+
 def _cell(detected: bool) -> str:
     return "detected" if detected else "**not detected**"
 
@@ -219,11 +248,7 @@ def test_the_threat_model_table_is_measured(tmp_path: Path, pg_store: Callable[.
     store = pg_store()
     url = store.url
 
-    def pg_raw(query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with psycopg.connect(store.dsn, autocommit=True) as conn:
-            conn.execute(f'SET search_path TO "{store.schema}"'.encode())
-            cur = conn.execute(query.replace("?", "%s").encode(), params)
-            return list(cur.fetchall()) if cur.description else []
+    pg_raw = pg_raw_for(url)
 
     def t_version(raw: Raw, url: str) -> None:
         raw("DROP TRIGGER toki_version_append_only ON toki_version")
@@ -231,12 +256,19 @@ def test_the_threat_model_table_is_measured(tmp_path: Path, pg_store: Callable[.
 
     rows.append(("edits PostgreSQL's `toki_version` (the table offered for SQL)",
                  _measure(url, pg_raw, t_version, key_file)))  # fmt: skip
+
+    def t_head(raw: Raw, url: str) -> None:
+        raw("UPDATE toki_head SET pos = pos + 5 WHERE subject = 'u1'")
+
+    head_url = pg_store().url
+    rows.append(("edits PostgreSQL's `toki_head` (each key's last per-key seq)",
+                 _measure(head_url, pg_raw_for(head_url), t_head, key_file)))  # fmt: skip
     generated = table(rows)
     print(generated)
     # the facts the design promises, whatever the doc says
     found = dict(rows)
     assert all(found[w][2] for w in found if "older copy" not in w)  # a digest catches all
-    assert all(found[w][0] for w in found if "consistent forgery" not in w
+    assert all(found[w][1] for w in found if "consistent forgery" not in w
                and "lowers the chain seal" not in w and "older copy" not in w)  # fmt: skip
     text = DOC.read_text(encoding="utf-8")
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
