@@ -2,9 +2,9 @@
 several backends side by side; every call must succeed or raise a `toki.errors` exception,
 and every backend must give the same outcome (value or error class) for every call.
 
-Used by tests/test_fuzz_api.py at CI size (a few seconds) and at full size (>= 10,000 calls
-per backend pair) with `pytest -m slow tests/test_fuzz_api.py -k differential` or
-`TOKI_FUZZ_CALLS=20000 pytest tests/test_fuzz_api.py -k differential` (docs/integrity.md).
+Used by tests/test_fuzz_api.py at CI size (a few seconds) and, on demand, at full size
+(>= 10,000 calls): `TOKI_FUZZ_CALLS=10000 pytest tests/test_fuzz_api.py -k
+differential_fuzz_full` (docs/backends.md).
 """
 
 from __future__ import annotations
