@@ -161,9 +161,13 @@ class Queries(MemoryBase):
             check.add(event)
         return check.digest()
 
-    def verify(self, digest: Digest | None = None, *, key: bytes | None = None) -> VerifyReport:
-        """Walk the stored log again: seqs dense from 1, stored links, and (given a digest
-        saved earlier, keyed if it was made with `key`) the log up to its seq unchanged."""
+    def verify(
+        self, digest: Digest | str | None = None, *, key: bytes | None = None
+    ) -> VerifyReport:
+        """Walk the stored log again: seqs dense from 1, stored links, the chain seal, and
+        (given a digest saved earlier, or its 'seq:head' text; keyed if it was made with
+        `key`) the log up to its seq unchanged; then every projection table and the
+        consumption chain against the log (docs/integrity.md)."""
         return verify_store(self._store, digest, key=_chain_key(key))  # toki.store.audit
 
     def reconcile(self) -> ReconcileReport:

@@ -232,9 +232,9 @@ def test_f8_verify_takes_the_digest_text(make_memory: MemoryFactory) -> None:
     """Finding 8: `Memory.verify(str(digest))` raised AttributeError."""
     mem = make_memory()
     mem.write(Claim(CITY, "Lisbon", source_id="s1"))
-    assert mem.verify(str(mem.digest())).ok  # type: ignore[arg-type]
+    assert mem.verify(str(mem.digest())).ok
     with pytest.raises(InvalidInput, match="digest"):
-        mem.verify("not a digest")  # type: ignore[arg-type]
+        mem.verify("not a digest")
     with pytest.raises(InvalidInput, match="digest"):
         mem.verify(12)  # type: ignore[arg-type]
 
@@ -357,7 +357,7 @@ def test_f8_integers_beyond_4300_digits_are_toki_errors(make_memory: MemoryFacto
 
 def test_f8_the_empty_logs_digest_parses(make_memory: MemoryFactory) -> None:
     mem = make_memory()
-    assert str(mem.digest()) == "0:" and mem.verify(str(mem.digest())).ok  # type: ignore[arg-type]
+    assert str(mem.digest()) == "0:" and mem.verify(str(mem.digest())).ok
 
 
 def test_f9_shadow_with_a_non_utf8_config_exits_2(
