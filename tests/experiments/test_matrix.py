@@ -19,7 +19,6 @@ from toki.experiments.executors import run_tasks
 from toki.experiments.matrix import (
     COLUMNS,
     CellData,
-    _fmt,
     decide,
     detection_power,
     inherit_fault_free,
@@ -29,6 +28,7 @@ from toki.experiments.matrix import (
     run_task,
     same_model_notes,
 )
+from toki.experiments.matrix_output import _fmt
 from toki.experiments.stats import cluster_interval, zero_upper_bound
 from toki.systems.registry import SYSTEMS
 

@@ -2,11 +2,11 @@
 
 A real row is a real library (`toki.real`) explored beside its model row: the same
 workloads (`matrix.toml`), fault settings, judge draws (the same `SimJudge` seeds, the same
-question text), strategies (DPOR first, random + PCT when DPOR is cut off; `CrashPoints`
-for crashes) and verdict rules (`matrix.decide`, `matrix.inherit_fault_free`, the model's
-abstentions). What differs is the subject, the budget (`[budgets.real]`: real schedules
-cost a fresh library instance each) and the witness check (the real schedule is replayed
-on the real code, `toki real replay`).
+question text), strategies (`toki.experiments.exploration`: DPOR first, random + PCT when
+DPOR is cut off; `CrashPoints` for crashes) and verdict rules (`toki.experiments.verdicts`,
+the model's abstentions). What differs is the subject, the budget (`[budgets.real]`: real
+schedules cost a fresh library instance each) and the witness check (the real schedule is
+replayed on the real code, `toki real replay`).
 
 `agreement` sets every real cell beside its model cell: both verdicts, both rates, and
 whether they agree (admits against admits; excludes or not found against excludes or not
@@ -24,7 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from toki.experiments import matrix as mx
+from toki.experiments.exploration import explore_task, witness_name
+from toki.experiments.matrix_plan import SAMPLERS, plan, workload_of
+from toki.experiments.verdicts import CellData, cell_of, decide_cells, shortest_witness
 
 __all__ = [
     "AGREEMENT_COLUMNS",
@@ -112,7 +114,7 @@ def plan_real(
     real system standing beside it."""
     tasks: list[dict[str, Any]] = []
     for model, name in pairs:
-        for task in mx.plan(config, budget, [model]):
+        for task in plan(config, budget, [model]):
             tasks.append(
                 {
                     **task,
@@ -127,7 +129,7 @@ def plan_real(
 
 def run_real_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """`matrix.run_task` for a real system: the same exploration policy and the same plain
-    result, with `explore_real` (one worker for every draw of the task)."""
+    record, with `explore_real` (one worker for every draw of the task)."""
     from toki.check.runner import make_strategy
     from toki.experiments.crashes import CrashPoints
     from toki.real.driver import open_session
@@ -137,21 +139,17 @@ def run_real_task(task: Mapping[str, Any]) -> dict[str, Any]:
     from toki.systems.registry import get_system
 
     system = get_real_system(task["real_system"])
-    workload = mx._workload(task["workload"])
-    anomalies = list(task["anomalies"])
+    workload = workload_of(task["workload"])
     judge_free = not getattr(get_system(task["model"]), "uses_judge", True)
-    t0 = time.perf_counter()
-    steps = 0
     with open_session(system) as session:
 
         def explore(strategy: str, seed: int, budget: int) -> RealReport:
-            nonlocal steps
-            if task["crash_budget"] and strategy in mx.SAMPLERS:
+            if task["crash_budget"] and strategy in SAMPLERS:
                 depth = task["pct_depth"] if strategy == "pct" else None
                 chosen: Any = CrashPoints(seed, depth)
             else:
                 chosen = make_strategy(strategy, seed, task["pct_depth"])
-            report = explore_real(
+            return explore_real(
                 system,
                 workload,
                 chosen,
@@ -161,86 +159,13 @@ def run_real_task(task: Mapping[str, Any]) -> dict[str, Any]:
                 crash_budget=task["crash_budget"],
                 session=session,
             )
-            steps += report.steps
-            return report
 
-        per_draw: list[list[RealReport]] = []
-        outside: list[RealReport] = []
         # a system whose DPOR can never finish (Graphiti: its async sibling tasks are
         # released in a fixed order) is sampled straight away
-        if "dpor" in task["strategies"] and system.exhaustible:
-            shared: RealReport | None = None
-            for seed in task["draws"]:
-                if judge_free and shared is not None:
-                    report = shared
-                else:
-                    report = shared = explore("dpor", seed, task["budget"]["dpor"])
-                if not report.exhausted:
-                    outside = [r for draw in per_draw for r in draw] + [report]
-                    per_draw = []
-                    break
-                per_draw.append([report])
-        mode = "exhaustive" if per_draw else "sampled"
-        if not per_draw:
-            for seed in task["draws"]:
-                per_draw.append(
-                    [
-                        explore(strategy, seed, task["budget"][strategy])
-                        for strategy in mx.SAMPLERS
-                        if strategy in task["strategies"] and task["budget"][strategy] > 0
-                    ]
-                )
-    draws_out = []
-    best: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
-    for d, (seed, reports) in enumerate(zip(task["draws"], per_draw, strict=True)):
-        draws_out.append(
-            {
-                "seed": seed,
-                "mode": mode,
-                "runs": sum(r.schedules for r in reports),
-                "recovery_judge_calls": sum(r.recovery_judge_calls for r in reports),
-                "judged_runs": sum(r.judged_runs for r in reports),
-                "counts": {
-                    a: {
-                        "found": sum(r.anomalies.get(a, 0) for r in reports),
-                        "checked": sum(r.checked.get(a, 0) for r in reports),
-                        "undecided": sum(r.undecided.get(a, 0) for r in reports),
-                    }
-                    for a in anomalies
-                },
-            }
+        record = explore_task(
+            task, explore, dpor_possible=system.exhaustible, judge_free=judge_free
         )
-        for r in reports:
-            _best(best, r, d, anomalies)
-    for r in outside:
-        _best(best, r, len(per_draw), anomalies)
-    return {
-        "index": task["index"],
-        "system": task["system"],
-        "real_system": task["real_system"],
-        "model": task["model"],
-        "workload": workload.name,
-        "fault": task["fault"],
-        "dpor": "dpor" in task["strategies"],
-        "dpor_cut_after": outside[-1].schedules if outside else 0,
-        "outside_found": {a: sum(r.anomalies.get(a, 0) for r in outside) for a in anomalies},
-        "draws": draws_out,
-        "steps": steps,
-        "seconds": time.perf_counter() - t0,
-        "witnesses": {a: w for a, (_, w) in sorted(best.items())},
-    }
-
-
-def _best(
-    best: dict[str, tuple[tuple[int, int], dict[str, Any]]],
-    report: Any,
-    draw: int,
-    anomalies: Sequence[str],
-) -> None:
-    for a, w in report.witnesses.items():
-        rank = (len(w.schedule), draw)
-        if a in anomalies and (a not in best or rank < best[a][0]):
-            best[a] = (rank, w.to_json())
+    return {**record, "real_system": task["real_system"], "model": task["model"]}
 
 
 def _verify_real(data: Mapping[str, Any], path: Path) -> bool:
@@ -256,7 +181,7 @@ def _verify_real(data: Mapping[str, Any], path: Path) -> bool:
 
 def real_cells(
     config: Mapping[str, Any], results: Sequence[Mapping[str, Any]], out: Path | None
-) -> list[mx.CellData]:
+) -> list[CellData]:
     """`matrix.cells` for real results: the model's abstentions and judge declaration, the
     witness replayed on the real code."""
     from toki.systems.registry import get_system
@@ -267,40 +192,18 @@ def real_cells(
     out_cells = []
     for (system, fault), rs in groups.items():
         model = get_system(rs[0]["model"])
-        ndraws = len(rs[0]["draws"])
-        dpor = [r for r in rs if r["dpor"]]
-        exhausted = [
-            r["workload"] for r in dpor if all(d["mode"] == "exhaustive" for d in r["draws"])
-        ]
         for anomaly in config["experiment"]["anomalies"]:
-            cell = mx.CellData(
+            cell = cell_of(
                 system,
-                anomaly,
                 fault,
-                found=mx._per_draw(rs, ndraws, anomaly, "found"),
-                checked=mx._per_draw(rs, ndraws, anomaly, "checked"),
-                undecided=mx._per_draw(rs, ndraws, anomaly, "undecided"),
-                rates=mx._draw_rates(rs, ndraws, anomaly),
-                shown_on=mx._shown_on(rs, anomaly),
-                outside=sum(r["outside_found"][anomaly] for r in rs),
-                sampled_runs=sum(
-                    d["counts"][anomaly]["checked"]
-                    for r in rs
-                    for d in r["draws"]
-                    if d["mode"] == "sampled"
-                ),
-                dpor_workloads=len(dpor),
-                dpor_exhausted=len(exhausted),
-                workloads=tuple(r["workload"] for r in rs),
-                exhausted_workloads=tuple(exhausted),
-                recovery_judge_calls=sum(d["recovery_judge_calls"] for r in rs for d in r["draws"]),
-                judged_runs=sum(d["judged_runs"] for r in rs for d in r["draws"]),
+                anomaly,
+                rs,
                 judge_free=not getattr(model, "uses_judge", True),
                 abstain_reason=str(dict(model.abstains).get(anomaly, "")),
             )
-            w = mx._shortest(rs, anomaly)
+            w = shortest_witness(rs, anomaly)
             if w is not None and out is not None and not cell.abstain_reason:
-                rel = mx.witness_name(_file_name(system), anomaly, fault)
+                rel = witness_name(_file_name(system), anomaly, fault)
                 ok = _verify_real(w, out / rel)
                 cell = dataclasses.replace(cell, witness=rel, witness_replays=ok)
             out_cells.append(cell)
@@ -339,20 +242,11 @@ def real_rows(
         processes=True,
         progress=progress,
     )
-    exp = config["experiment"]
-    decided = [
-        mx.decide(c, alpha=float(exp["alpha"]), power_rate=float(exp["power_rate"]))
-        for c in real_cells(config, results, out)
-    ]
-    decided = mx.inherit_fault_free(decided)
+    decided = decide_cells(real_cells(config, results, out), config["experiment"])
     names = {real_row_name(n): n for _, n in pairs}
-    order = {a: i for i, a in enumerate(exp["anomalies"])}
-    faults = {f: i for i, f in enumerate(exp.get("faults", ["none"]))}
     keys = list(names)
     rows = []
-    for r in sorted(
-        decided, key=lambda r: (keys.index(r["system"]), faults[r["faults"]], order[r["anomaly"]])
-    ):
+    for r in sorted(decided, key=lambda r: keys.index(r["system"])):  # stable: pairs' order
         system = get_real_system(names[r["system"]])
         version = f"{system.library} {system.version}" if system.version else "toki (this tree)"
         rows.append({**r, "kind": "real", "version": version})
