@@ -143,6 +143,26 @@ def _verify(system: str, data: Mapping[str, Any], path: Path, other_draws: int) 
     return verdict.found, extra
 
 
+def n2_origin(system: str, data: Mapping[str, Any], other_draws: int) -> str:
+    """Classify an N2 witness: "judge" when some serial execution of its committed claims
+    reaches its state under one of `other_draws` other judge draws (the judge's answers, not
+    the interleaving, made the state), "schedule" when none does (within those draws: a
+    bound, not an enumeration of every answer), "" when it does not replay."""
+    from toki.check.anomalies import serial_draws
+    from toki.check.witness import Witness, replay_witness
+    from toki.systems.registry import get_system
+
+    w = dataclasses.replace(Witness.from_json(data), system=system)
+    model = get_system(system)
+    run, verdict = replay_witness(w, model)
+    if not verdict.found:
+        return ""
+    for i in range(other_draws):  # one hit settles it
+        if serial_draws(model, w.workload, run, [OTHER_DRAWS_BASE + i], w.judge_p):
+            return "judge"
+    return "schedule"
+
+
 def cells(
     config: Mapping[str, Any],
     results: Sequence[Mapping[str, Any]],
@@ -175,6 +195,13 @@ def cells(
                 cell = dataclasses.replace(
                     cell, witness=rel, witness_replays=ok, serial_other_draws=extra
                 )
+            if anomaly == "N2" and out is not None and not cell.abstain_reason and other_draws:
+                origins = tuple(
+                    (r["workload"], n2_origin(system, r["witnesses"]["N2"], other_draws))
+                    for r in rs
+                    if "N2" in r["witnesses"]
+                )
+                cell = dataclasses.replace(cell, n2_origins=tuple(o for o in origins if o[1]))
             out_cells.append(cell)
     return out_cells
 
@@ -247,11 +274,13 @@ def run_matrix(
     rows = [{**r, **_identity(r["system"])} for r in decided]
     names = list(dict.fromkeys(r["system"] for r in rows))
     notes = same_model_notes(names)
+    results = list(results)
     if real:
-        rows, notes = add_real_rows(
+        rows, notes, real_results = add_real_rows(
             config, real_budget, rows, notes, folder, executor, workers, address, progress
         )
+        results += real_results
     seconds = time.perf_counter() - t0
-    result = MatrixResult(rows, list(results), seconds, dict(config), budget, notes)
+    result = MatrixResult(rows, results, seconds, dict(config), budget, notes)
     write_outputs(result, folder)
     return result

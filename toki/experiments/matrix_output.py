@@ -41,6 +41,27 @@ COLUMNS = (
     "mode",
     "power",
     "witness",
+    "workloads",
+    "exhaustive_workloads",
+    "worst_workload",
+    "worst_runs",
+    "n2_schedule",
+    "n2_judge",
+    "construction",
+)
+RECORD_COLUMNS = (
+    "system",
+    "faults",
+    "workload",
+    "anomaly",
+    "dpor",
+    "mode",
+    "seeds",
+    "checked",
+    "found",
+    "undecided",
+    "outside_found",
+    "dpor_cut_after",
 )
 ANOMALY_NAMES = {
     "N1": "N1 replay inconsistency (fresh judge)",
@@ -63,6 +84,34 @@ class MatrixResult:
     def csv_rows(self) -> list[dict[str, str]]:
         return [_csv_row(r) for r in self.rows]
 
+    def records(self) -> list[dict[str, str]]:
+        """One row per task and anomaly: how its workload was explored and, per judge draw
+        (";"-separated, in seed order), the runs checked, anomalous and undecided. The
+        cells' verdicts can be re-derived from these (tests/experiments)."""
+        out = []
+        anomalies = self.config.get("experiment", {}).get("anomalies", [])
+        for t in self.tasks:
+            for a in anomalies:
+                modes = {d["mode"] for d in t["draws"]}
+                out.append(
+                    {
+                        "system": t["system"],
+                        "faults": t["fault"],
+                        "workload": t["workload"],
+                        "anomaly": a,
+                        "dpor": "yes" if t["dpor"] else "no",
+                        "mode": "/".join(sorted(modes)),
+                        "seeds": ";".join(str(d["seed"]) for d in t["draws"]),
+                        **{
+                            k: ";".join(str(d["counts"][a][k]) for d in t["draws"])
+                            for k in ("checked", "found", "undecided")
+                        },
+                        "outside_found": str(t["outside_found"][a]),
+                        "dpor_cut_after": str(t["dpor_cut_after"]),
+                    }
+                )
+        return out
+
 
 def _fmt(x: Any) -> str:
     if isinstance(x, float):
@@ -83,6 +132,10 @@ def write_outputs(result: MatrixResult, folder: Path) -> None:
         writer = csv.DictWriter(fh, fieldnames=list(COLUMNS), lineterminator="\n")
         writer.writeheader()
         writer.writerows(result.csv_rows())
+    with open(folder / "workloads.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(RECORD_COLUMNS), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(result.records())
     (folder / "matrix.md").write_text(render_markdown(result))
     (folder / "matrix.tex").write_text(render_latex(result))
     plot(result, folder / "matrix.png")
@@ -108,7 +161,7 @@ def short(row: Mapping[str, Any]) -> str:
     if v == "excludes":
         return "excludes (check)" if row["mode"] == "check" else "excludes"
     if v == "not found":
-        return f"not found (< {row['ci_high']:.3f})"
+        return f"not found (< {row['ci_high']:.3f} per run of {row['worst_workload']})"
     return str(v)
 
 
@@ -126,8 +179,14 @@ def render_markdown(result: MatrixResult) -> str:
         f"{b.get('dpor')} runs ({b.get('dpor_crash')} with crashes), else random "
         f"{b.get('random')} + PCT {b.get('pct')} runs. Rate = mean over judge draws of the "
         f"fraction of checked runs showing the anomaly, with a {level:.0f} % Student-t interval "
-        "over the draws (the draw is the unit) and the lowest and highest draw. A not found "
-        "gives the one-sided upper bound of the rate; excludes needs DPOR to have finished.",
+        "over the draws (unit: the judge draw) and the lowest and highest draw. Excludes needs "
+        "every workload of the cell explored to completion (DPOR finished in every draw); "
+        "otherwise a cell without an anomalous run is not found, with the one-sided "
+        f"{level:.0f} % upper bound of the rate per run on its sampled workload with the fewest "
+        "runs (unit: a run of that workload) and the power there. `exh.` counts the "
+        "workloads explored to completion. N2 witnesses are classified per workload: "
+        "judge-induced when a serial execution reaches the state under another judge draw, "
+        "schedule-induced when none of the other draws does.",
         "",
     ]
     for note in result.notes:
@@ -157,12 +216,13 @@ def render_markdown(result: MatrixResult) -> str:
         ]
         lines += [f"- {s} {ANOMALY_NAMES.get(a, a)}: {v0} → {v1}" for s, a, v0, v1 in changed]
         lines.append("")
+    lines += n2_summary(result.rows)
     lines += [
         "## Cells",
         "",
         "| system | faults | anomaly | verdict | rate | CI | draws (min–max) | runs | "
-        "undecided | mode | power | witness | why |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "undecided | mode | exh. | power | witness | why |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result.rows:
         w = f"[{Path(r['witness']).name}]({r['witness']})" if r["witness"] else ""
@@ -175,9 +235,42 @@ def render_markdown(result: MatrixResult) -> str:
         lines.append(
             f"| {r['system']} | {r['faults']} | {r['anomaly']} | {r['verdict']} | "
             f"{_fmt(r['rate'])} | {ci} | {r['draws']}: {spread} | {r['runs']} | "
-            f"{r['undecided']} | {r['mode']} | {power} | {w} | {r['reason']} |"
+            f"{r['undecided']} | {r['mode']} | {r['exhaustive_workloads']}/{r['workloads']} | "
+            f"{power} | {w} | {r['reason']} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def n2_split(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Over the N2 admits with their own witnesses: how many cells have a schedule-induced
+    witness on some workload, how many only judge-induced ones, and the workload counts."""
+    own = [r for r in rows if r["anomaly"] == "N2" and r["verdict"] == "admits"]
+    own = [r for r in own if r["mode"] != "fault-free"]
+    return {
+        "cells": len(own),
+        "schedule_cells": sum(1 for r in own if r["n2_schedule"] > 0),
+        "judge_only_cells": sum(1 for r in own if r["n2_schedule"] == 0 and r["n2_judge"] > 0),
+        "schedule_workloads": sum(r["n2_schedule"] for r in own),
+        "judge_workloads": sum(r["n2_judge"] for r in own),
+    }
+
+
+def n2_summary(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    split = n2_split([r for r in rows if r.get("kind", "model") == "model"])
+    if not split["cells"]:
+        return []
+    return [
+        "## N2: schedule-induced or judge-induced",
+        "",
+        f"Of {split['cells']} model N2 admits with their own witnesses, "
+        f"{split['schedule_cells']} have a schedule-induced witness on some workload (no serial "
+        f"execution reaches its state under any of the other judge draws tried) and "
+        f"{split['judge_only_cells']} only judge-induced ones (a serial execution reaches the "
+        f"state when the judge answers differently). Over workloads: "
+        f"{split['schedule_workloads']} schedule-induced, {split['judge_workloads']} "
+        "judge-induced witnesses. Only schedule-induced N2 is a finding about interleavings.",
+        "",
+    ]
 
 
 def changed_by_faults(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str, str]]:

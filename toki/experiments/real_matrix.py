@@ -280,13 +280,14 @@ def add_real_rows(
     workers: int | None = None,
     address: str | None = None,
     progress: Callable[[int], None] | None = None,
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """The model rows with the real rows beside them, and the notes with a line per real
-    system whose environment is missing; writes agreement.md / .csv into `folder`."""
+) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
+    """The model rows with the real rows beside them, the notes with a line per real system
+    whose environment is missing, and the real task records; writes agreement.md / .csv
+    into `folder`."""
     t0 = time.perf_counter()
     models = list(dict.fromkeys(r["system"] for r in rows))
     ready, missing = missing_real(real_pairs(models))
-    real, _ = real_rows(
+    real, records = real_rows(
         config,
         budget,
         ready,
@@ -299,7 +300,7 @@ def add_real_rows(
     merged = interleave(rows, real, ready)
     table = agreement(merged, ready)
     write_agreement(folder, table, budget=budget, missing=missing, seconds=time.perf_counter() - t0)
-    return merged, [*notes, *(f"real row missing: {m}" for m in missing)]
+    return merged, [*notes, *(f"real row missing: {m}" for m in missing)], records
 
 
 # ---------------------------------------------------------------- agreement

@@ -53,6 +53,37 @@ class CellData:
     witness_replays: bool = False  # it was re-run and showed the anomaly again
     abstain_reason: str = ""  # the rule (toki.systems.base.abstentions) says so
     serial_other_draws: tuple[int, int] | None = None  # N2: (reachable serially, draws tried)
+    workload_runs: tuple[tuple[str, int], ...] = ()  # checked runs per workload, all draws
+    workload_found: tuple[tuple[str, int], ...] = ()  # anomalous runs per workload, all draws
+    n2_origins: tuple[tuple[str, str], ...] = ()  # N2: workload -> "schedule" or "judge"
+
+    @property
+    def complete(self) -> bool:
+        """Every workload of the cell was explored to completion (DPOR finished in every
+        draw): the only case in which no anomaly means none can happen."""
+        return bool(self.workloads) and set(self.workloads) <= set(self.exhausted_workloads)
+
+    def worst_sampled(self) -> tuple[str, int]:
+        """The sampled workload with the fewest checked runs (ties: by name), and that
+        count: its bound is the cell's, since every workload must be clean."""
+        done = set(self.exhausted_workloads)
+        sampled = [(n, w) for w, n in self.workload_runs if w not in done]
+        if not sampled:
+            return "", 0
+        n, w = min(sampled)
+        return w, n
+
+    @property
+    def by_construction(self) -> bool:
+        """Every checked run of every workload showed the anomaly, in every draw: the
+        design, not an interleaving, produces it."""
+        runs = dict(self.workload_runs)
+        return (
+            bool(runs)
+            and sum(runs.values()) > 0
+            and all(runs.get(w, 0) == n for w, n in self.workload_found)
+            and set(dict(self.workload_found)) == {w for w, n in runs.items() if n > 0}
+        )
 
 
 def detection_power(runs: int, rate: float) -> float:
@@ -67,7 +98,7 @@ def decide(cell: CellData, *, alpha: float = 0.05, power_rate: float = 0.05) -> 
     runs = sum(cell.checked)
     found = sum(cell.found) + cell.outside
     undecided = sum(cell.undecided)
-    exhaustive = cell.dpor_workloads > 0 and cell.dpor_exhausted == cell.dpor_workloads
+    exhaustive = cell.complete
     rates = list(cell.rates)
     row: dict[str, Any] = {
         "system": cell.system,
@@ -88,6 +119,13 @@ def decide(cell: CellData, *, alpha: float = 0.05, power_rate: float = 0.05) -> 
         "reason": "",
         "anomalous_runs": found,
         "serial_other_draws": cell.serial_other_draws,
+        "workloads": len(cell.workloads),
+        "exhaustive_workloads": len(set(cell.workloads) & set(cell.exhausted_workloads)),
+        "worst_workload": "",
+        "worst_runs": 0,
+        "n2_schedule": sum(1 for _, o in cell.n2_origins if o == "schedule"),
+        "n2_judge": sum(1 for _, o in cell.n2_origins if o == "judge"),
+        "construction": "",
     }
     if rates:
         ci = cluster_interval(rates, alpha)
@@ -112,23 +150,12 @@ def decide(cell: CellData, *, alpha: float = 0.05, power_rate: float = 0.05) -> 
             )
     elif found > 0:
         row.update(verdict="undecided", reason="anomalous runs counted, but no witness replayed")
-    elif (
-        cell.anomaly == "N1"
-        and runs > 0
-        and cell.recovery_judge_calls == 0
-        and (cell.judge_free or cell.judged_runs > 0)
-    ):
+    elif cell.anomaly == "N1" and runs > 0 and cell.judge_free and not cell.recovery_judge_calls:
         row.update(verdict="excludes", mode="check", rate=math.nan, ci_low=math.nan)
-        row.update(ci_high=math.nan, draw_min=math.nan, draw_max=math.nan)
-        asked = (
-            "the model has no judge"
-            if cell.judge_free
-            else f"the live write path asked the judge in {cell.judged_runs} of them"
-        )
+        row.update(ci_high=math.nan, draw_min=math.nan, draw_max=math.nan, construction="yes")
         row["reason"] = (
-            f"recovery asked the judge 0 times in {runs} runs ({asked}): nothing is "
-            "re-adjudicated, so a fresh judge cannot change a winner (a deterministic check, "
-            "not a rate)"
+            f"by construction: the model has no judge (and its recovery asked none in {runs} "
+            "runs), so a fresh judge has nothing to re-adjudicate (a check, not a rate)"
         )
     elif undecided > 0:
         row.update(verdict="undecided", rate=math.nan, ci_low=math.nan, ci_high=math.nan)
@@ -136,14 +163,20 @@ def decide(cell: CellData, *, alpha: float = 0.05, power_rate: float = 0.05) -> 
     elif exhaustive:
         row.update(verdict="excludes", power=1.0, reason=f"no anomaly; {scope}")
     else:
-        bound = zero_upper_bound(cell.sampled_runs, alpha / 2) if cell.sampled_runs else 1.0
-        power = detection_power(cell.sampled_runs, power_rate)
+        worst, n = cell.worst_sampled()
+        bound = zero_upper_bound(n, alpha) if n else 1.0
+        power = detection_power(n, power_rate)
         row.update(verdict="not found", ci_low=0.0, ci_high=bound, power=power)
+        row.update(worst_workload=worst, worst_runs=n)
         row["reason"] = (
-            f"0 of {runs} runs ({cell.sampled_runs} sampled); rate < {bound:.4f} at "
-            f"{100 * (1 - alpha / 2):.1f} % if runs were independent; power {power:.3f} to "
-            f"see a rate of {power_rate} in every draw; {scope}"
+            f"0 of {runs} runs ({cell.sampled_runs} sampled); on {worst}, the sampled "
+            f"workload with the fewest runs ({n}), the rate per run is < {bound:.4f} "
+            f"(one-sided {100 * (1 - alpha):.0f} %, if its runs were independent); power "
+            f"{power:.3f} there to see a rate of {power_rate}; {scope}"
         )
+    if row["verdict"] == "admits" and cell.by_construction:
+        row["construction"] = "yes"
+        row["reason"] += "; true by construction: every checked run of every workload shows it"
     return row
 
 
@@ -194,6 +227,15 @@ def cell_of(
         dpor_exhausted=len(exhausted),
         workloads=tuple(r["workload"] for r in results),
         exhausted_workloads=tuple(exhausted),
+        workload_runs=tuple(
+            (r["workload"], sum(d["counts"][anomaly]["checked"] for d in r["draws"]))
+            for r in results
+        ),
+        workload_found=tuple(
+            (r["workload"], f)
+            for r in results
+            if (f := sum(d["counts"][anomaly]["found"] for d in r["draws"]))
+        ),
         recovery_judge_calls=sum(d["recovery_judge_calls"] for r in results for d in r["draws"]),
         judged_runs=sum(d["judged_runs"] for r in results for d in r["draws"]),
         judge_free=judge_free,
