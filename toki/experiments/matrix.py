@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from toki.errors import ProgramError
+from toki.experiments.agreement import write_agreement
 from toki.experiments.exploration import explore_task, witness_name
 from toki.experiments.matrix_output import (
     ANOMALY_NAMES,
@@ -275,12 +276,15 @@ def run_matrix(
     names = list(dict.fromkeys(r["system"] for r in rows))
     notes = same_model_notes(names)
     results = list(results)
+    ran = None
     if real:
-        rows, notes, real_results = add_real_rows(
+        ran = add_real_rows(
             config, real_budget, rows, notes, folder, executor, workers, address, progress
         )
-        results += real_results
+        rows, notes, results = ran.rows, ran.notes, results + ran.records
     seconds = time.perf_counter() - t0
     result = MatrixResult(rows, results, seconds, dict(config), budget, notes)
     write_outputs(result, folder)
+    if ran is not None:  # from the files just written, as `python -m ...agreement` does
+        write_agreement(folder, config, ran.pairs, budget=real_budget, missing=ran.missing)
     return result

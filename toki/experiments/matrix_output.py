@@ -60,6 +60,8 @@ RECORD_COLUMNS = (
     "checked",
     "found",
     "undecided",
+    "recovery_judge_calls",
+    "judged_runs",
     "outside_found",
     "dpor_cut_after",
 )
@@ -106,6 +108,10 @@ class MatrixResult:
                             k: ";".join(str(d["counts"][a][k]) for d in t["draws"])
                             for k in ("checked", "found", "undecided")
                         },
+                        "recovery_judge_calls": ";".join(
+                            str(d["recovery_judge_calls"]) for d in t["draws"]
+                        ),
+                        "judged_runs": ";".join(str(d["judged_runs"]) for d in t["draws"]),
                         "outside_found": str(t["outside_found"][a]),
                         "dpor_cut_after": str(t["dpor_cut_after"]),
                     }
@@ -412,9 +418,10 @@ def plot(result: MatrixResult, path: Path) -> None:
     notes = "; ".join(result.notes)
     caption = (
         "admits: rate of anomalous runs (mean over judge draws and workloads); excludes: none, "
-        "DPOR exhaustive ('check': recovery never asks the judge); not found: none in sampled "
-        "runs, rate < the upper bound shown.\nA thick border marks a verdict that changes "
-        "with crashes (runs with at most one crash per agent, at uniformly drawn points)."
+        "DPOR exhaustive on every workload ('check': the model has no judge); not found: none, "
+        "rate per run < the bound shown\n(on the sampled workload with the fewest runs). A "
+        "thick border marks a verdict that changes with crashes (at most one crash per agent, "
+        "at uniformly drawn points)."
     )
     fig.text(0.5, 0.045, caption + (f"\n{notes}" if notes else ""), ha="center", fontsize=6.5)
     fig.tight_layout(rect=(0, 0.09, 1, 1))
@@ -429,7 +436,7 @@ def _figure_text(r: Mapping[str, Any]) -> str:
     if v == "admits":
         return f"{r['rate']:.2f}" if r["rate"] >= 0.095 else f"{r['rate']:.3f}"
     if v == "excludes":
-        return "0 (check)" if r["mode"] == "check" else "0 (exhaustive)"
+        return "0 (no judge)" if r["mode"] == "check" else "0 (exhaustive)"
     if v == "not found":
         return f"< {r['ci_high']:.3f}"
     return str(v)

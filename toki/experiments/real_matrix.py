@@ -1,4 +1,4 @@
-"""Real rows of the verdict matrix and the model-versus-real agreement table (issue #15).
+"""Real rows of the verdict matrix (issue #15).
 
 A real row is a real library (`toki.real`) explored beside its model row: the same
 workloads (`matrix.toml`), fault settings, judge draws (the same `SimJudge` seeds, the same
@@ -8,19 +8,15 @@ the model's abstentions). What differs is the subject, the budget (`[budgets.rea
 schedules cost a fresh library instance each) and the witness check (the real schedule is
 replayed on the real code, `toki real replay`).
 
-`agreement` sets every real cell beside its model cell: both verdicts, both rates, and
-whether they agree (admits against admits; excludes or not found against excludes or not
-found). Every disagreement needs a resolution in `RESOLUTIONS` (a corrected model, or a
-stated simplification); one without is reported as unresolved.
+The agreement table (model against real, as a held-out test) is `toki.experiments.agreement`,
+built from the files this writes.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import math
-import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,53 +25,15 @@ from toki.experiments.matrix_plan import SAMPLERS, plan, workload_of
 from toki.experiments.verdicts import CellData, cell_of, decide_cells, shortest_witness
 
 __all__ = [
-    "AGREEMENT_COLUMNS",
-    "RESOLUTIONS",
-    "agreement",
+    "add_real_rows",
     "missing_real",
     "plan_real",
     "real_pairs",
     "real_rows",
     "run_real_task",
-    "write_agreement",
 ]
 
 REAL_BUDGET = "real"
-AGREEMENT_COLUMNS = (
-    "model",
-    "real",
-    "version",
-    "faults",
-    "anomaly",
-    "model_verdict",
-    "real_verdict",
-    "model_rate",
-    "model_ci",
-    "real_rate",
-    "real_ci",
-    "model_mode",
-    "real_mode",
-    "agree",
-    "resolution",
-)
-NEGATIVE = ("excludes", "not found")
-
-# Every disagreement between a model cell and its real cell, explained: (real system,
-# anomaly) -> why. "*" matches any anomaly. Written after investigating the real witness.
-RESOLUTIONS: dict[tuple[str, str], str] = {
-    ("mem0-1.0.11", "RD"): (
-        "A stated simplification of the model: it writes a FAISS `update` as one atomic "
-        "upsert, while mem0's FAISS store deletes the point and inserts it again (two steps, "
-        "docs/real.md). The real witness (duplicate-delivery) has two updates of one memory "
-        "interleave inside their delete/insert pairs, so the point written last is the one "
-        "whose clock read came first; `Memory.history` lists the rows by that time and "
-        "re-applies the other value. The model's own ordering defect (rows re-applied in the "
-        "order written, which made it report RD where the library does not) was corrected "
-        "with a real run as its test."
-    ),
-}
-
-
 def real_row_name(name: str) -> str:
     return f"{name} (real)"
 
@@ -280,11 +238,10 @@ def add_real_rows(
     workers: int | None = None,
     address: str | None = None,
     progress: Callable[[int], None] | None = None,
-) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
+) -> RealRun:
     """The model rows with the real rows beside them, the notes with a line per real system
-    whose environment is missing, and the real task records; writes agreement.md / .csv
-    into `folder`."""
-    t0 = time.perf_counter()
+    whose environment is missing, the real task records and the pairs that ran (the
+    agreement table is built from the written files: `toki.experiments.agreement`)."""
     models = list(dict.fromkeys(r["system"] for r in rows))
     ready, missing = missing_real(real_pairs(models))
     real, records = real_rows(
@@ -297,135 +254,19 @@ def add_real_rows(
         address=address,
         progress=progress,
     )
-    merged = interleave(rows, real, ready)
-    table = agreement(merged, ready)
-    write_agreement(folder, table, budget=budget, missing=missing, seconds=time.perf_counter() - t0)
-    return merged, [*notes, *(f"real row missing: {m}" for m in missing)], records
+    return RealRun(
+        interleave(rows, real, ready),
+        [*notes, *(f"real row missing: {m}" for m in missing)],
+        records,
+        ready,
+        missing,
+    )
 
 
-# ---------------------------------------------------------------- agreement
-
-
-def _rate(row: Mapping[str, Any]) -> str:
-    rate = row.get("rate")
-    if isinstance(rate, float) and not math.isnan(rate):
-        return f"{rate:.4f}"
-    return ""
-
-
-def _ci(row: Mapping[str, Any]) -> str:
-    lo, hi = row.get("ci_low"), row.get("ci_high")
-    if isinstance(hi, float) and not math.isnan(hi):
-        return f"[{lo:.4f}, {hi:.4f}]"
-    return ""
-
-
-def _agree(model: str, real: str) -> str:
-    if model == "admits" and real == "admits":
-        return "yes"
-    if model in NEGATIVE and real in NEGATIVE:
-        return "yes"
-    if {model, real} & {"abstains", "undecided"}:
-        return "not compared"
-    return "no"
-
-
-def resolution(real: str, anomaly: str) -> str:
-    return RESOLUTIONS.get((real, anomaly)) or RESOLUTIONS.get((real, "*")) or ""
-
-
-def agreement(
-    rows: Sequence[Mapping[str, Any]], pairs: Sequence[tuple[str, str]]
-) -> list[dict[str, str]]:
-    """Cell by cell: each real cell beside its model cell."""
-    at = {(r["system"], r["faults"], r["anomaly"]): r for r in rows}
-    out = []
-    for model, name in pairs:
-        for r in rows:
-            if r["system"] != real_row_name(name):
-                continue
-            m = at.get((model, r["faults"], r["anomaly"]))
-            if m is None:
-                continue
-            agree = _agree(m["verdict"], r["verdict"])
-            why = resolution(name, r["anomaly"]) if agree == "no" else ""
-            out.append(
-                {
-                    "model": model,
-                    "real": name,
-                    "version": str(r["version"]),
-                    "faults": r["faults"],
-                    "anomaly": r["anomaly"],
-                    "model_verdict": m["verdict"],
-                    "real_verdict": r["verdict"],
-                    "model_rate": _rate(m),
-                    "model_ci": _ci(m),
-                    "real_rate": _rate(r),
-                    "real_ci": _ci(r),
-                    "model_mode": str(m["mode"]),
-                    "real_mode": str(r["mode"]),
-                    "agree": agree,
-                    "resolution": why or ("unresolved" if agree == "no" else ""),
-                }
-            )
-    return out
-
-
-def render_agreement(
-    table: Sequence[Mapping[str, str]],
-    *,
-    budget: str,
-    missing: Sequence[str],
-    seconds: float | None = None,
-) -> str:
-    counts = {k: sum(1 for r in table if r["agree"] == k) for k in ("yes", "no", "not compared")}
-    lines = [
-        "# Model verdicts against real verdicts",
-        "",
-        f"Generated by `toki matrix --real` (real budget `{budget}`, `matrix.toml`): every cell "
-        "of a real row (the library itself, `toki.real`) beside the cell of the model row it "
-        "stands beside, judged by the same rules (`docs/verdict-matrix.md`) on the same "
-        "workloads, fault settings and judge draws. Agree: both admit, or neither found the "
-        "anomaly (excludes / not found); abstains and undecided cells are not compared. Rates "
-        "are not comparable number for number: a real schedule has many more steps (gate "
-        "points) than the model's, so the fractions of runs differ; the verdicts compare.",
-        "",
-        f"{counts['yes']} cells agree, {counts['no']} disagree, {counts['not compared']} "
-        "not compared.",
-        "",
-    ]
-    if missing:
-        lines += ["Real rows missing (no environment):", ""]
-        lines += [f"- {m}" for m in missing]
-        lines.append("")
-    lines += [
-        "| model | real | version | faults | anomaly | model | rate | real | rate | agree |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in table:
-        lines.append(
-            f"| {r['model']} | {r['real']} | {r['version']} | {r['faults']} | {r['anomaly']} | "
-            f"{r['model_verdict']} ({r['model_mode']}) | {r['model_rate']} {r['model_ci']} | "
-            f"{r['real_verdict']} ({r['real_mode']}) | {r['real_rate']} {r['real_ci']} | "
-            f"{r['agree']} |"
-        )
-    lines.append("")
-    disagreements = [r for r in table if r["agree"] == "no"]
-    lines += ["## Disagreements and their resolution", ""]
-    if not disagreements:
-        lines.append("None.")
-    for r in disagreements:
-        lines.append(
-            f"- **{r['real']} {r['anomaly']} ({r['faults']})**: model {r['model_verdict']}, "
-            f"real {r['real_verdict']}. {r['resolution']}"
-        )
-    lines.append("")
-    return "\n".join(lines)
-
-
-def write_agreement(folder: Path, table: Sequence[Mapping[str, str]], **kw: Any) -> None:
-    with open(folder / "agreement.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(AGREEMENT_COLUMNS), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(table)
-    (folder / "agreement.md").write_text(render_agreement(table, **kw))
+@dataclass(frozen=True, slots=True)
+class RealRun:
+    rows: list[dict[str, Any]]  # model rows with each model's real rows after them
+    notes: list[str]
+    records: list[dict[str, Any]]  # the real tasks' records
+    pairs: list[tuple[str, str]]  # (model, real system) that ran
+    missing: list[str]  # one line per real system without an environment
