@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -43,24 +44,39 @@ FAULT_TITLES = {"none": "no faults", "crash": "one crash per agent"}
 
 
 def _matrix_cell(r: dict[str, str]) -> str:
-    """A verdict in a few characters: an admits' rate, a not found's bound, marks otherwise."""
+    """A verdict in a few characters: an admits' rate, a not found's bound, marks otherwise;
+    then how many of the cell's workloads were explored to completion (k/n), a `b` for true
+    by construction and, for N2, the schedule-induced / judge-induced witness counts."""
     v, mode = r["verdict"], r.get("mode", "")
     if v == "admits" and mode == "fault-free":
         return r"adm.$^{f}$"
     if v == "admits":
-        return num(float(r["rate"]), 2) if r["rate"] else "adm."
-    if v == "excludes":
-        return r"excl.$^{c}$" if mode == "check" else "excl."
-    if v == "not found":
-        return r"$<$" + num(float(r["ci_high"]), 3)
-    return {"abstains": "abst.", "undecided": "und."}.get(v, tex(v))
+        text = num(float(r["rate"]), 2) if r["rate"] else "adm."
+    elif v == "excludes":
+        text = r"excl.$^{c}$" if mode == "check" else "excl."
+    elif v == "not found":
+        text = r"$<$" + num(float(r["ci_high"]), 3)
+    else:
+        return {"abstains": "abst.", "undecided": "und."}.get(v, tex(v))
+    marks = []
+    if r.get("workloads"):
+        marks.append(f"{r['exhaustive_workloads']}/{r['workloads']}")
+    if r.get("construction") == "yes":
+        marks.append("b")
+    out = text + (r"$^{" + ",".join(marks) + "}$" if marks else "")
+    if r["anomaly"] == "N2" and v == "admits" and r.get("n2_schedule", "") != "":
+        out += rf"$_{{{r['n2_schedule']}s/{r['n2_judge']}j}}$"
+    return out
 
 
 def matrix(root: Path, m: Macros) -> Assets:
     cmd = "toki matrix"
     names = ["MatrixSystems", "MatrixCells", "MatrixAdmits", "MatrixExcludes", "MatrixNotFound",
              "MatrixAbstains", "MatrixUndecided", "MatrixDraws", "MatrixCrashChanged",
-             "MatrixCrashAdmits", "MatrixSameModel"]
+             "MatrixCrashAdmits", "MatrixSameModel", "MatrixExhaustiveCells",
+             "MatrixNoneExhaustive", "MatrixWorkloads", "MatrixCheckCells", "MatrixConstruction",
+             "MatrixNTwoAdmits", "MatrixNTwoSchedule", "MatrixNTwoJudgeOnly",
+             "MatrixNTwoScheduleWl", "MatrixNTwoJudgeWl", "MatrixWorstBound", "MatrixConfidence"]
     text = read(root, "verdict_matrix/matrix.csv")
     if not text or not text.strip():
         m.missing(names, cmd)
@@ -91,6 +107,7 @@ def matrix(root: Path, m: Macros) -> Assets:
     m.set("MatrixCrashChanged", len(changed))
     m.set("MatrixCrashAdmits", tex(", ".join(
         f"{s} {a}" for s, a in changed if at[s, "crash", a]["verdict"] == "admits") or "none"))
+    _matrix_split_macros(rows, m, _confidence(root))
     same = _same_model_note(read(root, "verdict_matrix/matrix.md") or "")
     m.set("MatrixSameModel", same or "no two rows are the same model")
     n = len(anomalies)
@@ -115,6 +132,41 @@ def matrix(root: Path, m: Macros) -> Assets:
     else:
         figure = _figure("fig_matrix", "Verdict-matrix figure", cmd, None)
     return {"tab_matrix.tex": "\n".join(lines), **figure}
+
+
+def _matrix_split_macros(rows: list[dict[str, str]], m: Macros, confidence: str) -> None:
+    """How many cells were explored to completion, N1 checks, true by construction, and the
+    N2 admits split into schedule-induced and judge-induced witnesses."""
+    measured = [r for r in rows if r["verdict"] not in ("abstains", "") and r.get("workloads")]
+    m.set("MatrixExhaustiveCells", sum(
+        1 for r in measured if r["exhaustive_workloads"] == r["workloads"]))
+    m.set("MatrixNoneExhaustive", sum(1 for r in measured if r["exhaustive_workloads"] == "0"))
+    m.set("MatrixWorkloads", max((int(r["workloads"]) for r in measured), default=0))
+    m.set("MatrixCheckCells", sum(1 for r in rows if r["mode"] == "check"))
+    m.set("MatrixConstruction", tex(", ".join(
+        f"{r['system']} {r['anomaly']}" for r in rows
+        if r.get("construction") == "yes" and r["verdict"] == "admits"
+        and r["faults"] == "none") or "none"))
+    n2 = [r for r in rows if r["anomaly"] == "N2" and r["verdict"] == "admits"
+          and r["mode"] != "fault-free" and r.get("n2_schedule", "") != ""]
+    m.set("MatrixNTwoAdmits", len(n2))
+    m.set("MatrixNTwoSchedule", sum(1 for r in n2 if int(r["n2_schedule"]) > 0))
+    m.set("MatrixNTwoJudgeOnly", sum(
+        1 for r in n2 if int(r["n2_schedule"]) == 0 and int(r["n2_judge"]) > 0))
+    m.set("MatrixNTwoScheduleWl", sum(int(r["n2_schedule"]) for r in n2))
+    m.set("MatrixNTwoJudgeWl", sum(int(r["n2_judge"]) for r in n2))
+    bounds = [float(r["ci_high"]) for r in rows if r["verdict"] == "not found" and r["ci_high"]]
+    m.set("MatrixWorstBound", num(max(bounds), 3) if bounds else "--")
+    m.set("MatrixConfidence", confidence)
+
+
+def _confidence(root: Path) -> str:
+    """The matrix's confidence level in percent, from matrix.toml's alpha."""
+    text = read(root, "verdict_matrix/matrix.toml")
+    if text is None:
+        return "--"
+    alpha = float(tomllib.loads(text)["experiment"]["alpha"])
+    return f"{100 * (1 - alpha):g}"
 
 
 def _same_model_note(markdown: str) -> str:
@@ -150,35 +202,69 @@ def pg_grid(root: Path, m: Macros) -> Assets:
 
 
 
+def _tally(rows: list[dict[str, str]], col: str) -> str:
+    return "/".join(str(sum(r[col] == k for r in rows)) for k in ("yes", "no", "not compared"))
+
+
 def agreement(root: Path, m: Macros) -> Assets:
-    """Model verdicts against real verdicts (verdict_matrix/agreement.csv, `toki matrix
-    --real`): per real row, how many cells agree, and every disagreement with its resolution."""
+    """Model verdicts against real verdicts as a held-out test (verdict_matrix/agreement.csv,
+    `toki matrix --real`): per (model, real) pair, the model's revision and whether it was
+    fitted, distinct comparisons on the real rows' seeds and on the held-out workloads, and
+    every disagreement flagged."""
     cmd = "toki matrix --real"
-    names = ["RealRows", "RealCells", "RealAgree", "RealDisagree", "RealNotCompared",
-             "RealUnresolved"]
+    names = ["RealRows", "RealCells", "RealDuplicates", "RealUnresolved", "RealSeeds",
+             *(f"Real{k}{x}" for k in ("Third", "Self") for x in (
+                 "Distinct", "AgreeAdmits", "AgreeAbsent", "Disagree", "NotCompared", "Fitted",
+                 "HeldAgree", "HeldDisagree", "HeldNotCompared", "HeldUnfittedAgree",
+                 "HeldUnfitted"))]
     text = read(root, "verdict_matrix/agreement.csv")
     if not text or not text.strip():
         m.missing(names, cmd)
         return {"tab_agreement.tex": missing_block("Model against real verdicts", cmd)}
     rows = _csv_rows(text)
-    reals = list(dict.fromkeys((r["model"], r["real"], r["version"]) for r in rows))
-    m.set("RealRows", len(reals))
+    if "comparison" not in rows[0]:
+        m.missing(names, cmd)
+        return {"tab_agreement.tex": _generic_table(rows)}
+    pairs = list(dict.fromkeys((r["model"], r["real"]) for r in rows))
+    m.set("RealRows", len(pairs))
     m.set("RealCells", len(rows))
-    for macro, value in (("RealAgree", "yes"), ("RealDisagree", "no"),
-                         ("RealNotCompared", "not compared")):
-        m.set(macro, sum(1 for r in rows if r["agree"] == value))
+    m.set("RealDuplicates", sum(1 for r in rows if r["duplicate_of"]))
     m.set("RealUnresolved", sum(1 for r in rows if r["resolution"] == "unresolved"))
+    m.set("RealSeeds", tex(rows[0]["seeds"].replace("-", "–")))
+    for kind, key in (("third-party", "Third"), ("self", "Self")):
+        rs = [r for r in rows if r["comparison"] == kind and not r["duplicate_of"]]
+        compared = [r for r in rs if r["held_out_agree"] in ("yes", "no") and r["fitted"] == "no"]
+        values = {
+            "Distinct": len(rs),
+            "AgreeAdmits": sum(r["agree"] == "yes" and r["model_verdict"] == "admits" for r in rs),
+            "AgreeAbsent": sum(r["agree"] == "yes" and r["model_verdict"] != "admits" for r in rs),
+            "Disagree": sum(r["agree"] == "no" for r in rs),
+            "NotCompared": sum(r["agree"] == "not compared" for r in rs),
+            "Fitted": sum(r["fitted"] != "no" for r in rs),
+            "HeldAgree": sum(r["held_out_agree"] == "yes" for r in rs),
+            "HeldDisagree": sum(r["held_out_agree"] == "no" for r in rs),
+            "HeldNotCompared": sum(r["held_out_agree"] == "not compared" for r in rs),
+            "HeldUnfittedAgree": sum(r["held_out_agree"] == "yes" for r in compared),
+            "HeldUnfitted": len(compared),
+        }
+        for x, v in values.items():
+            m.set(f"Real{key}{x}", v)
     body = []
-    for model, real, version in reals:
-        mine = [r for r in rows if r["real"] == real]
+    for model, real in pairs:
+        mine = [r for r in rows if (r["model"], r["real"]) == (model, real)]
+        first = mine[0]
+        dup = all(r["duplicate_of"] for r in mine)
         off = [f"{r['anomaly']} ({r['faults']}): {r['model_verdict']} / {r['real_verdict']}"
-               for r in mine if r["agree"] == "no"]
-        body.append([code(model), code(real), tex(version),
-                     str(sum(1 for r in mine if r["agree"] == "yes")),
-                     str(len(off)),
-                     str(sum(1 for r in mine if r["agree"] == "not compared")),
-                     tex("; ".join(off) or "none")])
+               + (" [fitted]" if r["fitted"] != "no" else "")
+               for r in mine if r["agree"] == "no" or r["held_out_agree"] == "no"]
+        body.append([
+            code(model) + (r"$^{s}$" if first["comparison"] == "self" else ""),
+            tex(first["model_version"]), code(real), tex(first["version"]),
+            tex(first["fitted"]) + r" 	exttt{" + tex(first["model_hash"][:7]) + "}",
+            _tally(mine, "agree") + (r"$^{d}$" if dup else ""), _tally(mine, "held_out_agree"),
+            tex("; ".join(off) or "none")])
     return {"tab_agreement.tex": tabular(
-        "@{}lllrrrp{0.34\\linewidth}@{}",
-        ["model", "real row", "version", "agree", "differ", "n/c",
-         "disagreements (model / real verdict)"], body, r"\scriptsize")}
+        "@{}lP{1.9cm}lP{1.3cm}lccP{3.4cm}@{}",
+        ["model", "revision modelled", "real row", "real version", "fitted (hash)",
+         "agree/differ/n.c.", "held out", "disagreements (model / real)"], body,
+        r"\scriptsize")}
