@@ -26,13 +26,13 @@ from paper.parts.calibration import calibration  # noqa: E402
 from paper.parts.common import Assets, Macros  # noqa: E402
 from paper.parts.locomo import locomo  # noqa: E402
 from paper.parts.performance import performance  # noqa: E402
-from paper.parts.proofs import laws, mutants, proofs  # noqa: E402
+from paper.parts.proofs import cited, laws, mutants, proofs  # noqa: E402
 from paper.parts.verdicts import agreement, matrix, pg_grid  # noqa: E402
 
 GENERATED = ROOT / "paper" / "generated"
 
 PARTS: list[Callable[[Path, Macros], Assets]] = [
-    proofs, laws, mutants, calibration, matrix, agreement, pg_grid, locomo, performance,
+    proofs, laws, mutants, calibration, matrix, agreement, pg_grid, locomo, performance, cited,
 ]
 
 

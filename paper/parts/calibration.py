@@ -32,11 +32,33 @@ def _noise_mad(rows: list[dict[str, str]]) -> float:
     return total / len(rows)
 
 
+def _wilson_level(rows: list[dict[str, str]]) -> str:
+    """The confidence level (percent) of calibration.csv's Wilson intervals, recovered from the
+    intervals themselves ("--" when no usual level reproduces them)."""
+    from statistics import NormalDist
+
+    for level in (0.90, 0.95, 0.99):
+        z = NormalDist().inv_cdf(1 - (1 - level) / 2)
+        ok = True
+        for r in rows:
+            n, k = int(r["runs"]), int(r["inconsistent"])
+            p = k / n
+            centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+            half = z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / (1 + z * z / n)
+            if 0 < k < n and abs(centre - half - float(r["ci_low"])) > 1e-6:
+                ok = False
+                break
+        if ok:
+            return f"{100 * level:g}"
+    return "--"
+
+
 def calibration(root: Path, m: Macros) -> Assets:
     cmd = "toki calibrate"
     text = read(root, "verdict_matrix/calibration.csv")
     names = ["CalibCells", "CalibRuns", "CalibMAD", "CalibNoiseMAD", "CalibRsq", "CalibMaxLogged",
-             "CalibMaxDev", "CalibLoggedRuns", "CalibLoggedInconsistent", "CalibLoggedJudgeCalls"]
+             "CalibMaxDev", "CalibLoggedRuns", "CalibLoggedInconsistent", "CalibLoggedJudgeCalls",
+             "CalibConfidence"]
     if text is None:
         m.missing(names, cmd)
         return {"tab_calibration.tex": missing_block("Calibration table", cmd),
@@ -51,6 +73,7 @@ def calibration(root: Path, m: Macros) -> Assets:
     ss_tot = sum((a - mean) ** 2 for a in meas)
     ss_res = sum((a - b) ** 2 for a, b in zip(meas, pred, strict=True))
     m.set("CalibCells", len(un))
+    m.set("CalibConfidence", _wilson_level(un))
     m.set("CalibRuns", "/".join(str(r) for r in sorted({int(r["runs"]) for r in un})))
     m.set("CalibMAD", num(sum(dev) / len(dev), 4))
     m.set("CalibNoiseMAD", num(_noise_mad(un), 4))

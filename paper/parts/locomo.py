@@ -38,7 +38,9 @@ def locomo(root: Path, m: Macros) -> Assets:
              "LocomoTypedHi", "LocomoTypedP", "LocomoTypedHolm", "LocomoAuditN",
              "LocomoAuditDiff", "LocomoQaN", "LocomoQaDiff", "LocomoQaLo", "LocomoQaHi",
              "LocomoQaGained", "LocomoQaLost", "LocomoQaHolm", "LocomoChecks",
-             "LocomoChecksHold", "LocomoFamily", "LocomoAwaitDiff", "LocomoAwaitHolm"]
+             "LocomoChecksHold", "LocomoFamily", "LocomoAwaitDiff", "LocomoAwaitHolm",
+             "LocomoConversations", "LocomoMinP", "LocomoTypedQuestionP", "LocomoQaP",
+             "LocomoAwaitP", "LocomoConfidence"]
     if text is None:
         m.missing(names, cmd)
         block = missing_block("LoCoMo ablations", cmd)
@@ -51,8 +53,17 @@ def locomo(root: Path, m: Macros) -> Assets:
                 return dict(r)
         return None
 
-    def holm(r: dict[str, Any], fmt: str = ".1e") -> str:
+    def holm(r: dict[str, Any], fmt: str = ".2g") -> str:
         return format(r["holm_p"], fmt) if "holm_p" in r else "---"
+
+    def lo(r: dict[str, Any]) -> float:  # the conversation as the unit where given
+        return float(r.get("conv_ci_low", r["ci_low"]))
+
+    def hi(r: dict[str, Any]) -> float:
+        return float(r.get("conv_ci_high", r["ci_high"]))
+
+    def p(r: dict[str, Any]) -> str:
+        return format(r["conv_p"], ".2g") if "conv_p" in r else "---"
 
     typed = find(ablation="typed_layer", kind="comparison", category="all",
                  metric="f1 difference")
@@ -71,12 +82,18 @@ def locomo(root: Path, m: Macros) -> Assets:
         m.set("LocomoTyped", num(ts["score"]))
         m.set("LocomoFlat", num(fs["score"]))
         m.set("LocomoTypedDiff", f"{typed['score']:+.3f}")
-        m.set("LocomoTypedLo", num(typed["ci_low"]))
-        m.set("LocomoTypedHi", num(typed["ci_high"]))
-        m.set("LocomoTypedP", f"{typed['mcnemar_p']:.1e}")
+        m.set("LocomoTypedLo", num(lo(typed)))
+        m.set("LocomoTypedHi", num(hi(typed)))
+        m.set("LocomoTypedP", p(typed))
         m.set("LocomoTypedHolm", holm(typed))
+        m.set("LocomoTypedQuestionP", f"{typed['mcnemar_p']:.1e}")
+        m.set("LocomoConfidence", f"{100 * typed.get('ci_level', float('nan')):g}")
+        k = int(typed.get("conversations", 0))
+        m.set("LocomoConversations", k or "---")
+        m.set("LocomoMinP", format(2 / 2**k, ".3f") if k else "---")
     else:
-        m.missing(names[:8], cmd)
+        m.missing([*names[:8], "LocomoTypedQuestionP", "LocomoConversations", "LocomoMinP",
+                   "LocomoConfidence"], cmd)
     if dual and over:
         m.set("LocomoAuditN", dual["n"])
         m.set("LocomoAuditDiff", f"{dual['score'] - over['score']:+.2f}")
@@ -85,21 +102,23 @@ def locomo(root: Path, m: Macros) -> Assets:
     if qa:
         m.set("LocomoQaN", qa["n"])
         m.set("LocomoQaDiff", f"{qa['score']:+.3f}")
-        m.set("LocomoQaLo", num(qa["ci_low"]))
-        m.set("LocomoQaHi", num(qa["ci_high"]))
+        m.set("LocomoQaLo", num(lo(qa)))
+        m.set("LocomoQaHi", num(hi(qa)))
+        m.set("LocomoQaP", p(qa))
         m.set("LocomoQaGained", qa["n10"])
         m.set("LocomoQaLost", qa["n01"])
         m.set("LocomoQaHolm", holm(qa))
     else:
-        m.missing(names[10:17], cmd)
+        m.missing([*names[10:17], "LocomoQaP"], cmd)
     m.set("LocomoChecks", len(checks))
     m.set("LocomoChecksHold", sum(1 for r in checks if r["holds"]))
     m.set("LocomoFamily", len(comparisons))
     if wait:
         m.set("LocomoAwaitDiff", f"{wait['score']:+.3f}")
         m.set("LocomoAwaitHolm", holm(wait))
+        m.set("LocomoAwaitP", p(wait))
     else:
-        m.missing(names[20:], cmd)
+        m.missing([*names[20:22], "LocomoAwaitP"], cmd)
     body = []
     for r in comparisons:
         base = find(ablation=r["ablation"], kind="score", variant=r["variant"],
@@ -111,9 +130,10 @@ def locomo(root: Path, m: Macros) -> Assets:
         power = r.get("power_mcnemar")
         body.append([_lw(r["ablation"]), where,
                      f"{_lw(r['variant'])} vs {_lw(r['baseline'])}",
-                     _lw(r["metric"].split()[0]), str(r["n"]), scores,
-                     f"{r['score']:+.3f} [{num(r['ci_low'])}, {num(r['ci_high'])}]",
-                     f"{r['mcnemar_p']:.2g}", holm(r, ".2g"),
+                     _lw(r["metric"].split()[0]),
+                     f"{r['n']} ({r.get('conversations', '?')})", scores,
+                     f"{r['score']:+.3f} [{num(lo(r))}, {num(hi(r))}]",
+                     p(r), holm(r), f"{r['mcnemar_p']:.2g}",
                      "---" if power is None else f"{power:.2f}"])
     asof = []
     for r in rows:
@@ -122,14 +142,16 @@ def locomo(root: Path, m: Macros) -> Assets:
         if r["kind"] == "check":
             what = f"check: expected {num(r['expected'])}, " + ("holds" if r["holds"] else "FAILS")
         else:
-            what = f"measured [{num(r['ci_low'])}, {num(r['ci_high'])}]"
+            what = f"measured [{num(lo(r))}, {num(hi(r))}] (unit: conversation)"
         asof.append([_lw(r["ablation"]), _lw(r["slice"]), _lw(r["variant"]), str(r["n"]),
                      num(r["score"]), tex(what)])
     return {
-        "tab_locomo.tex": tabular("@{}llllrlllll@{}",
-                                  ["ablation", "slice", "variant vs baseline", "metric", "$n$",
-                                   "scores", r"difference [95\% CI]", "McNemar $p$",
-                                   "Holm $p$", "power"], body, r"\scriptsize"),
+        "tab_locomo.tex": tabular("@{}llllrllllll@{}",
+                                  ["ablation", "slice", "variant vs baseline", "metric",
+                                   "$n$ (conv.)", "scores",
+                                   r"difference [95\% CI, conv.]", "perm.\\ $p$ (conv.)",
+                                   "Holm $p$", "McNemar $p$ (quest.)", "power (quest.)"],
+                                  body, r"\scriptsize"),
         "tab_locomo_asof.tex": tabular("@{}lllrrl@{}",
                                        ["ablation", "as-of slice", "variant", "$n$", "exact",
                                         "kind"], asof, r"\scriptsize"),

@@ -142,3 +142,15 @@ def mutants(root: Path, m: Macros) -> Assets:
     return {"tab_mutants.tex": tabular(r"@{}P{4.4cm}P{6.4cm}lccc@{}", hdr,
                                        [[code(r[0]), *[_md_cell(c) for c in r[1:]]] for r in body],
                                        r"\scriptsize")}
+
+
+def cited(root: Path, m: Macros) -> Assets:
+    """Figures quoted from other work (paper/data/cited.json), each with its source, as
+    macros \\tkCited<Name>: the paper types no number, not even a quoted one."""
+    text = read(root, "paper/data/cited.json")
+    if text is None:
+        return {}
+    for name, entry in json.loads(text).items():
+        if not name.startswith("_"):
+            m.set(f"Cited{name}", tex(entry["value"]))
+    return {}

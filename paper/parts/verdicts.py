@@ -76,7 +76,8 @@ def matrix(root: Path, m: Macros) -> Assets:
              "MatrixCrashAdmits", "MatrixSameModel", "MatrixExhaustiveCells",
              "MatrixNoneExhaustive", "MatrixWorkloads", "MatrixCheckCells", "MatrixConstruction",
              "MatrixNTwoAdmits", "MatrixNTwoSchedule", "MatrixNTwoJudgeOnly",
-             "MatrixNTwoScheduleWl", "MatrixNTwoJudgeWl", "MatrixWorstBound", "MatrixConfidence"]
+             "MatrixNTwoScheduleWl", "MatrixNTwoJudgeWl", "MatrixWorstBound", "MatrixConfidence",
+             "MatrixOtherDraws"]
     text = read(root, "verdict_matrix/matrix.csv")
     if not text or not text.strip():
         m.missing(names, cmd)
@@ -107,7 +108,7 @@ def matrix(root: Path, m: Macros) -> Assets:
     m.set("MatrixCrashChanged", len(changed))
     m.set("MatrixCrashAdmits", tex(", ".join(
         f"{s} {a}" for s, a in changed if at[s, "crash", a]["verdict"] == "admits") or "none"))
-    _matrix_split_macros(rows, m, _confidence(root))
+    _matrix_split_macros(rows, m, *_experiment(root))
     same = _same_model_note(read(root, "verdict_matrix/matrix.md") or "")
     m.set("MatrixSameModel", same or "no two rows are the same model")
     n = len(anomalies)
@@ -134,7 +135,9 @@ def matrix(root: Path, m: Macros) -> Assets:
     return {"tab_matrix.tex": "\n".join(lines), **figure}
 
 
-def _matrix_split_macros(rows: list[dict[str, str]], m: Macros, confidence: str) -> None:
+def _matrix_split_macros(
+    rows: list[dict[str, str]], m: Macros, confidence: str, other_draws: str
+) -> None:
     """How many cells were explored to completion, N1 checks, true by construction, and the
     N2 admits split into schedule-induced and judge-induced witnesses."""
     measured = [r for r in rows if r["verdict"] not in ("abstains", "") and r.get("workloads")]
@@ -158,15 +161,17 @@ def _matrix_split_macros(rows: list[dict[str, str]], m: Macros, confidence: str)
     bounds = [float(r["ci_high"]) for r in rows if r["verdict"] == "not found" and r["ci_high"]]
     m.set("MatrixWorstBound", num(max(bounds), 3) if bounds else "--")
     m.set("MatrixConfidence", confidence)
+    m.set("MatrixOtherDraws", other_draws)
 
 
-def _confidence(root: Path) -> str:
-    """The matrix's confidence level in percent, from matrix.toml's alpha."""
+def _experiment(root: Path) -> tuple[str, str]:
+    """From matrix.toml: the confidence level in percent (from alpha) and the number of
+    other judge draws an N2 witness is re-run under."""
     text = read(root, "verdict_matrix/matrix.toml")
     if text is None:
-        return "--"
-    alpha = float(tomllib.loads(text)["experiment"]["alpha"])
-    return f"{100 * (1 - alpha):g}"
+        return "--", "--"
+    exp = tomllib.loads(text)["experiment"]
+    return f"{100 * (1 - float(exp['alpha'])):g}", str(exp.get("other_draws", "--"))
 
 
 def _same_model_note(markdown: str) -> str:

@@ -118,6 +118,7 @@ def score_rows(
         "ci_low": ci.low,
         "ci_high": ci.high,
         "ci_method": method,
+        "ci_level": 1 - ci.alpha,
     }
 
 
@@ -150,6 +151,7 @@ def comparison_row(
         "ci_low": c.diff.low,
         "ci_high": c.diff.high,
         "ci_method": "paired bootstrap",
+        "ci_level": 1 - c.diff.alpha,
         "n10": c.n10,
         "n01": c.n01,
         "mcnemar_p": c.mcnemar_p,
