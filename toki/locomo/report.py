@@ -51,7 +51,9 @@ def paper_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "paper": f"{p['with']:.3f} vs {p['without']:.3f} "
                      f"(n={p['n']}, McNemar p {p['mcnemar_p']})",
             "toki": f"{t['score']:.3f} vs {f['score']:.3f} "
-                    f"(n={t['n']}, McNemar p={c['mcnemar_p']:.2g}{holm})",
+                    f"(n={t['n']} questions in {c.get('conversations', '?')} conversations, "
+                    f"permutation p={c.get('conv_p', float('nan')):.2g} over conversations"
+                    f"{holm}; McNemar p={c['mcnemar_p']:.2g} over questions)",
             "paper metric": "answer accuracy of an LLM agent (harness not public)",
             "toki metric": "upstream token F1, BM25 + extractive answers; "
                            "flat = the same texts untyped",
