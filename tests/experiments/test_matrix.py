@@ -402,3 +402,23 @@ def test_the_committed_verdict_matrix_is_what_the_code_produces(tmp_path: Path) 
     )
     for p in sorted((tmp_path / "witnesses").glob("*.json")):
         assert p.read_text() == (CONFIG.parent / "witnesses" / p.name).read_text(), p.name
+
+
+def test_draws_that_agree_do_not_give_a_zero_width_interval() -> None:
+    """Eight draws at exactly 1/9: the t interval over draws has zero width, yet 8 of 72
+    runs cannot pin a rate; the interval is widened to the Wilson interval of the runs."""
+    from toki.experiments.stats import wilson_interval
+
+    row = decide(
+        _cell(
+            found=(1,) * 8,
+            checked=(9,) * 8,
+            rates=(1 / 9,) * 8,
+            witness="w.json",
+            witness_replays=True,
+        )
+    )
+    w = wilson_interval(8, 72)
+    assert row["verdict"] == "admits" and row["rate"] == pytest.approx(1 / 9)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((w.low, w.high))
+    assert row["ci_low"] < row["rate"] < row["ci_high"]

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from toki.experiments.stats import cluster_interval, zero_upper_bound
+from toki.experiments.stats import cluster_interval, wilson_interval, zero_upper_bound
 
 __all__ = [
     "VERDICTS",
@@ -129,8 +129,11 @@ def decide(cell: CellData, *, alpha: float = 0.05, power_rate: float = 0.05) -> 
     }
     if rates:
         ci = cluster_interval(rates, alpha)
+        low, high = ci.low, ci.high
+        if runs > 0:  # never narrower than the runs themselves allow (see _floor)
+            low, high = _floor(ci.low, ci.high, sum(cell.found), runs, alpha)
         row.update(rate=ci.estimate, draw_min=min(rates), draw_max=max(rates))
-        row.update(ci_low=ci.low, ci_high=ci.high)
+        row.update(ci_low=low, ci_high=high)
     scope = _scope(cell)
     if cell.abstain_reason:
         row.update(verdict="abstains", reason=f"abstains by rule: {cell.abstain_reason}")
@@ -178,6 +181,14 @@ def decide(cell: CellData, *, alpha: float = 0.05, power_rate: float = 0.05) -> 
         row["construction"] = "yes"
         row["reason"] += "; true by construction: every checked run of every workload shows it"
     return row
+
+
+def _floor(low: float, high: float, found: int, runs: int, alpha: float) -> tuple[float, float]:
+    """The interval over judge draws, widened to cover the Wilson interval of all runs pooled:
+    draws that happen to give the same rate would otherwise print a zero-width interval for a
+    sampled rate (memoryos N3 0.1111 [0.1111, 0.1111]), which claims more than the runs can."""
+    w = wilson_interval(min(found, runs), runs, alpha)
+    return min(low, w.low), max(high, w.high)
 
 
 def _scope(cell: CellData) -> str:
