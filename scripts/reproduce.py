@@ -113,6 +113,8 @@ def parts(bench: bool) -> list[Part]:
              [[py, "-m", "tests.mutants.make_table"]]),
         Part("locomo", "paper/data/locomo_ablations.json", [toki_cmd("locomo", "ablate", "--json")],
              stdout_to="paper/data/locomo_ablations.json"),
+        Part("locomo-doc", "the results tables of docs/locomo.md (from locomo_ablations.json)",
+             [[py, "-m", "toki.locomo.report", "--doc", "docs/locomo.md"]]),
         Part("locomo-provenance", "notebooks/results/locomo_provenance.json",
              [toki_cmd("locomo", "provenance", "--out",
                        "notebooks/results/locomo_provenance.json")]),

@@ -422,3 +422,49 @@ def test_draws_that_agree_do_not_give_a_zero_width_interval() -> None:
     assert row["verdict"] == "admits" and row["rate"] == pytest.approx(1 / 9)
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((w.low, w.high))
     assert row["ci_low"] < row["rate"] < row["ci_high"]
+
+
+def test_the_committed_verdicts_rederive_from_the_per_workload_records() -> None:
+    """verdict_matrix/workloads.csv holds how every workload of every cell was explored; the
+    rules re-applied to those records give the committed verdicts, and no cell says excludes
+    unless every one of its workloads was explored to completion."""
+    from toki.experiments.agreement import read_records, read_rows, redecide
+    from toki.experiments.matrix_plan import load_config
+    from toki.real.systems import SYSTEMS as REAL
+    from toki.systems.registry import get_system
+
+    folder = CONFIG.parent
+    if not (folder / "workloads.csv").exists():
+        pytest.skip("verdict_matrix/workloads.csv not generated yet (toki matrix --real)")
+    rows = read_rows(folder / "matrix.csv")
+    records = read_records(folder / "workloads.csv")
+    exp = load_config(CONFIG)["experiment"]
+    at = {(r["system"], r["faults"], r["anomaly"]): r for r in rows}
+    checked = 0
+    for system in dict.fromkeys(r["system"] for r in rows):
+        mine = [r for r in records if r["system"] == system]
+        name = system.removesuffix(" (real)")
+        model = get_system(REAL[name].model if system.endswith(" (real)") else name)
+        again = redecide(
+            system,
+            mine,
+            at,
+            exp,
+            judge_free=not getattr(model, "uses_judge", True),
+            abstains={a: str(w) for a, w in dict(model.abstains).items()},
+        )
+        for (fault, anomaly), new in again.items():
+            old = at[system, fault, anomaly]
+            wls = [r for r in mine if r["fault"] == fault]
+            done = [r for r in wls if all(d["mode"] == "exhaustive" for d in r["draws"])]
+            assert (int(old["workloads"]), int(old["exhaustive_workloads"])) == (
+                len(wls),
+                len(done),
+            ), (system, fault, anomaly)
+            if old["verdict"] == "excludes" and old["mode"] != "check":
+                assert len(done) == len(wls), (system, fault, anomaly)
+            assert new["verdict"] == old["verdict"], (system, fault, anomaly)
+            for k in ("rate", "ci_low", "ci_high"):
+                assert _fmt(new[k]) == _fmt(old[k]), (system, fault, anomaly, k)
+            checked += 1
+    assert checked == len(rows)
