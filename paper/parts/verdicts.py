@@ -62,7 +62,7 @@ def _matrix_cell(r: dict[str, str]) -> str:
     if r.get("workloads"):
         marks.append(f"{r['exhaustive_workloads']}/{r['workloads']}")
     if r.get("construction") == "yes":
-        marks.append("b")
+        marks.append(r"\dagger")
     out = text + (r"$^{" + ",".join(marks) + "}$" if marks else "")
     if r["anomaly"] == "N2" and v == "admits" and r.get("n2_schedule", "") != "":
         out += rf"$_{{{r['n2_schedule']}s/{r['n2_judge']}j}}$"

@@ -218,3 +218,23 @@ def test_the_committed_agreement_table_has_no_unresolved_disagreement() -> None:
         if r["agree"] == "no":
             assert r["resolution"] and r["resolution"] != "unresolved", r
             assert r["resolution"] == ag.resolution(r["real"], r["anomaly"]), r
+
+
+def test_the_committed_agreement_table_rebuilds_from_the_matrix_files(tmp_path: Path) -> None:
+    """agreement.csv/.md are a function of matrix.csv and workloads.csv (and the models'
+    sources): rebuilt from copies of those, they come out byte for byte the same."""
+    import shutil
+
+    folder = Path(__file__).resolve().parents[2] / "verdict_matrix"
+    if not (folder / "workloads.csv").exists():
+        pytest.skip("verdict_matrix/workloads.csv not generated yet (toki matrix --real)")
+    for name in ("matrix.csv", "workloads.csv", "matrix.toml"):
+        shutil.copy(folder / name, tmp_path / name)
+    assert ag.main([str(tmp_path), "--config", str(folder / "matrix.toml")]) == 0
+    for name in ("agreement.csv", "agreement.md"):
+        assert (tmp_path / name).read_text() == (folder / name).read_text(), name
+    table = _read(folder / "agreement.csv")
+    assert {r["comparison"] for r in table} == {"self", "third-party"}
+    assert all(len(r["model_hash"]) == 12 and r["fitted"] in ("yes", "no") for r in table)
+    mem0_rd = [r for r in table if r["real"] == "mem0-1.0.11" and r["anomaly"] == "RD"]
+    assert mem0_rd and all(r["agree"] == "yes" or r["fitted"] == "yes" for r in mem0_rd)
