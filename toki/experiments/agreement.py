@@ -12,9 +12,8 @@ anything (`python -m toki.experiments.agreement verdict_matrix`):
 - **frozen models**: each model's source hash, the date its file last changed and whether it
   changed after its real library's adapter existed (`fitted`: it may have been corrected
   against real witnesses, so its agreement is not an independent test);
-- **distinct comparisons**: two real deployments of one library version beside one model
-  that give the same verdict count once; toki against its own library is a self-comparison,
-  counted apart;
+- **distinct comparisons**: real deployments beside one model that give the same verdict on
+  a cell count once; toki against its own library is a self-comparison, counted apart;
 - **rates**: both rates over the same draws and their ratio (real / model) with a percentile
   bootstrap interval over the draws (the draw is the unit).
 
@@ -345,8 +344,13 @@ def agreement(
                     _draw_rates([x for x in real_recs if x["fault"] == fault], anomaly),
                     float(exp["alpha"]),
                 )
-            key = (model, str(r["version"]), fault, anomaly, m["verdict"], r["verdict"])
-            why = resolution(name, anomaly) if verdict == "no" else ""
+            # one model cell against two deployments that say the same is one comparison
+            key = (model, fault, anomaly, m["verdict"], r["verdict"])
+            held_agree = (
+                agree(held_m["verdict"], held_r["verdict"]) if held_m and held_r else ""
+            )
+            differs = verdict == "no" or held_agree == "no"
+            why = resolution(name, anomaly) if differs else ""
             out.append(
                 {
                     "model": model,
@@ -367,11 +371,9 @@ def agreement(
                     "ratio_ci": "" if ratio is None else f"[{ratio[1]:.2f}, {ratio[2]:.2f}]",
                     "held_out_model": held_m["verdict"] if held_m else "",
                     "held_out_real": held_r["verdict"] if held_r else "",
-                    "held_out_agree": (
-                        agree(held_m["verdict"], held_r["verdict"]) if held_m and held_r else ""
-                    ),
+                    "held_out_agree": held_agree,
                     "duplicate_of": seen.get(key, ""),
-                    "resolution": why or ("unresolved" if verdict == "no" else ""),
+                    "resolution": why or ("unresolved" if differs else ""),
                 }
             )
             seen.setdefault(key, name)
@@ -440,9 +442,9 @@ def render_agreement(
         f"({', '.join(held_out) or 'none'}; `[agreement] held_out` in matrix.toml). "
         "**Fitted**: the model's file changed after its real library's adapter was added, so "
         "it may have been corrected against real runs; its agreement is not an independent "
-        "test. **Distinct**: a second real deployment of one library version beside one "
-        "model that gives the same verdicts is listed but not counted again. **Self**: toki's "
-        "model against toki's own library, counted apart.",
+        "test. **Distinct**: a second real deployment beside one model that gives the same "
+        "verdict on a cell is listed but not counted again. **Self**: toki's model against "
+        "toki's own library, counted apart.",
         "",
         "| comparisons | distinct | agree: both admit | agree: neither found | disagree | "
         "not compared | fitted model | held out: agree / disagree / not compared | held out, "
