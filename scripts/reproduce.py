@@ -87,6 +87,8 @@ def parts(bench: bool) -> list[Part]:
              [toki_cmd("prove", "--out", "proofs")]),
         Part("proof-agreement", "proofs/agreement.json, the counts in docs/proofs.md",
              [[py, "-m", "proofs.agreement", "--out", "proofs", "--docs", "docs/proofs.md"]]),
+        Part("encoding-mutants", "proofs/mutants.json, the score in docs/proofs.md, proofs/macros.tex",
+             [[py, "-m", "tests.mutants.encoding"], [py, "-m", "proofs.macros"]]),
         # --real: the committed matrix carries a real row beside each model row whose
         # library's environment exists (`make real-envs`); missing ones are named, not faked
         Part("matrix", "verdict_matrix/matrix.*, agreement.*",
