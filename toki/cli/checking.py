@@ -26,18 +26,24 @@ def _cmd_check(args: argparse.Namespace) -> int:
     }
     if fmt == "toki":
         return _check_toki(args, models, extra, options)
-    from toki.check.adya import verdict, workload
+    from pathlib import Path
 
-    history = _load_elle(args, fmt)
-    found = workload(history)
-    if args.workload != "auto" and found not in (args.workload, "empty"):
+    from toki.check.elle import check_file
+    from toki.errors import HistoryFormatError
+    from toki.show.histories import not_a_history
+
+    try:
+        checked = check_file(args.file, fmt, models=models, anomalies=extra, **options)
+    except HistoryFormatError as exc:
+        raise not_a_history(Path(args.file), exc, args.format == "auto") from None
+    v = checked.verdict
+    if args.workload != "auto" and v.workload not in (args.workload, "empty"):
         raise InvalidInput(
-            "--workload", f"the history is {found}, not {args.workload}", "drop --workload"
+            "--workload", f"the history is {v.workload}, not {args.workload}", "drop --workload"
         )
-    v = verdict(history, models=models, anomalies=extra, **options)
     if args.json:
         print_json(
-            {"file": args.file, "format": fmt, "transactions": len(history.txns), **v.to_json()}
+            {"file": args.file, "format": fmt, "transactions": checked.transactions, **v.to_json()}
         )
     else:
         graphs = " + ".join(
@@ -51,7 +57,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             ]
         )
         print(
-            f"{args.file}: {fmt}, {v.workload}, {len(history.txns):,} transactions; "
+            f"{args.file}: {fmt}, {v.workload}, {checked.transactions:,} transactions; "
             f"checked for {', '.join(v.models)} ({graphs})"
         )
         print(v.render(args.limit))
@@ -75,14 +81,6 @@ def _models(specs: list[str]) -> list[str]:
                 "docs/anomalies.md",
             )
     return models
-
-
-def _load_elle(args: argparse.Namespace, fmt: str) -> Any:
-    from pathlib import Path
-
-    from toki.show.sources import load_elle
-
-    return load_elle(Path(args.file), fmt, detected=args.format == "auto")
 
 
 def _exit_code(valid: bool | str) -> int:

@@ -14,8 +14,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     tampered log) and compare it with a digest saved earlier; exit 1 names the first change."""
     from pathlib import Path
 
-    from toki.chain import Digest, verify
-    from toki.store.base import ALL_SEQS, open_store
+    from toki.chain import Digest
+    from toki.store.audit import verify_url
 
     digest = None if args.digest is None else Digest.parse(args.digest)
     key = None
@@ -28,13 +28,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             ) from None
         if not key:
             raise InvalidInput("--key-file", f"{args.key_file} is empty", "put the key in it")
-    store = open_store(args.url)
-    try:
-        report = verify(
-            store.url, ((e, e.chain) for e in store.load(ALL_SEQS)), digest=digest, key=key
-        )
-    finally:
-        store.close()
+    report = verify_url(args.url, digest, key=key)
     if args.json:
         print_json(
             {
@@ -58,9 +52,10 @@ def _cmd_shadow(args: argparse.Namespace) -> int:
     not be re-run (the rollout gate), 0 otherwise. The store is read, never written."""
     from toki.memory import Memory
     from toki.shadow import Config
+    from toki.store.audit import open_existing
 
     config = Config.from_toml(args.config)
-    with Memory.open(args.url) as mem:
+    with Memory(open_existing(args.url)) as mem:  # never creates a store (issue #36)
         report = mem.shadow(config, valid_at=args.valid_at)
     if args.json:
         print_json(report.to_json())

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from toki.errors import InvalidInput
 from toki.real.adapter import RealSystem
@@ -15,7 +16,16 @@ from toki.real.adapters.toki_memory import TokiHost
 from toki.real.envs import SetupReport, python_for, setup
 from toki.real.errors import SetupFailed
 
-__all__ = ["ALIASES", "SYSTEMS", "get_real_system", "setup_system", "worker_python"]
+__all__ = [
+    "ALIASES",
+    "ENVIRONMENTS",
+    "SYSTEMS",
+    "LockedLibrary",
+    "get_real_system",
+    "setup_name",
+    "setup_system",
+    "worker_python",
+]
 
 _MEM0_ENV = {"MEM0_TELEMETRY": "False"}
 _MEM0_GATES = (
@@ -66,6 +76,61 @@ SYSTEMS: dict[str, RealSystem] = {
             "embeddings are feature-hashed words (64 dims)",
             "spaCy is not installed (as with a plain `pip install mem0ai`): lemmatisation "
             "and entity linking are inert, so the entity store stays empty",
+        ),
+    ),
+    "mem0-1.0.5": RealSystem(
+        name="mem0-1.0.5",
+        title="mem0ai 1.0.5 (LLM judge), FAISS + SQLite history: the version before the "
+        "fixes of delete_all's collection reset and of FAISS delete (corpus scenarios)",
+        library="mem0ai",
+        version="1.0.5",
+        module="mem0",
+        adapter="mem0",
+        host=Mem0Host(1),
+        lock="mem0-1.0.5.txt",
+        env=_MEM0_ENV,
+        model=None,  # corpus only: no row of the verdict matrix
+        intercepted=_MEM0_GATES,
+        simplified=(
+            "as mem0-1.0.11 (the same adapter and stubs); kept for the reports it reproduces",
+        ),
+    ),
+    "mem0-2.0.12": RealSystem(
+        name="mem0-2.0.12",
+        title="mem0ai 2.0.12 (add-only), FAISS + SQLite history: the version before update() "
+        "kept a memory's user / agent / run ids (corpus scenarios)",
+        library="mem0ai",
+        version="2.0.12",
+        module="mem0",
+        adapter="mem0",
+        host=Mem0Host(2),
+        lock="mem0-2.0.12.txt",
+        env=_MEM0_ENV,
+        model=None,  # corpus only: no row of the verdict matrix
+        intercepted=_MEM0_GATES,
+        simplified=("as mem0-2.2.1 (the same adapter and stubs)",),
+    ),
+    "mem0-2.2.1+entities": RealSystem(
+        name="mem0-2.2.1+entities",
+        title="mem0ai 2.2.1 with its entity store on (entity extraction stubbed for spaCy)",
+        library="mem0ai",
+        version="2.2.1",
+        module="mem0",
+        adapter="mem0",
+        host=Mem0Host(2),
+        lock="mem0-2.2.1.txt",
+        env={**_MEM0_ENV, "TOKI_MEM0_ENTITIES": "1"},
+        venv="mem0-2.2.1",
+        model=None,  # corpus only: no row of the verdict matrix
+        intercepted=(
+            *_MEM0_GATES,
+            "the entity store: a second FAISS collection (<collection>_entities), gated alike",
+        ),
+        simplified=(
+            "as mem0-2.2.1, except that entity extraction is on: spaCy's "
+            "extract_entities / extract_entities_batch are replaced by a deterministic stub "
+            "(the entities of '<subject>:<predicate> is <value>' are the subject and the "
+            "value), so the entity store and its linked_memory_ids are built and read",
         ),
     ),
     "toki-memory": RealSystem(
@@ -177,6 +242,22 @@ SYSTEMS["langgraph-store-postgres"] = RealSystem(
         "in a schema of its own, dropped afterwards",
     ),
 )
+SYSTEMS["langgraph-store-postgres-3.1.0"] = RealSystem(
+    name="langgraph-store-postgres-3.1.0",
+    title="LangGraph PostgresStore (langgraph-checkpoint-postgres 3.1.0): the version before "
+    "namespace scoping respected segment boundaries (corpus scenarios)",
+    library="langgraph-checkpoint-postgres",
+    version="3.1.0",
+    module="langgraph.store.postgres",
+    adapter="langchain",
+    host=LangGraphStoreHost("postgres"),
+    lock="langgraph-pgstore-3.1.0.txt",
+    model=None,  # corpus only: no row of the verdict matrix
+    intercepted=(
+        "PostgresStore.batch: every get/put/search/delete (each batch its own transaction)",
+    ),
+    simplified=("as langgraph-store-postgres (the same adapter)",),
+)
 SYSTEMS["langmem-0.0.30"] = RealSystem(
     name="langmem-0.0.30",
     title="LangMem 0.0.30 memory store manager (trustcall) over a LangGraph InMemoryStore",
@@ -229,7 +310,44 @@ def worker_python(system: RealSystem) -> str:
     return python_for(system.env_name, system.lock)
 
 
-def _check_import(system: RealSystem) -> Callable[[str], None]:
+@dataclass(frozen=True, slots=True)
+class LockedLibrary:
+    """A library whose environment is locked and set up, but which no adapter drives yet.
+
+    `toki real setup NAME` makes its environment; `setup all` (what CI runs) and `run` leave
+    it out, so a library that only installs never breaks CI or claims a real row."""
+
+    name: str
+    library: str  # the distribution whose version is pinned
+    version: str
+    module: str  # what `import` loads (checked when the environment is made)
+    lock: str
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+ENVIRONMENTS: dict[str, LockedLibrary] = {
+    "letta-0.16.8": LockedLibrary(
+        name="letta-0.16.8",
+        library="letta",
+        version="0.16.8",
+        module="letta.server.server",  # the server (SyncServer), not only the package
+        lock="letta-0.16.8.txt",  # telemetry (Datadog, OTEL) is off unless configured
+    ),
+    "cognee-1.6.5": LockedLibrary(
+        name="cognee-1.6.5",
+        library="cognee",
+        version="1.6.5",
+        module="cognee",
+        lock="cognee-1.6.5.txt",
+        # no usage telemetry; single-user (its default is multi-tenant with authentication)
+        env={"TELEMETRY_DISABLED": "1", "ENABLE_BACKEND_ACCESS_CONTROL": "false"},
+    ),
+}
+ALIASES["letta"] = "letta-0.16.8"
+ALIASES["cognee"] = "cognee-1.6.5"
+
+
+def _check_import(system: RealSystem | LockedLibrary) -> Callable[[str], None]:
     def check(python: str) -> None:
         code = (
             "import importlib.metadata as m, importlib; "
@@ -256,7 +374,16 @@ def _check_import(system: RealSystem) -> Callable[[str], None]:
     return check
 
 
+def setup_name(name: str) -> str:
+    """The full name of a system or locked library that `toki real setup` accepts."""
+    full = ALIASES.get(name, name)
+    return full if full in ENVIRONMENTS else get_real_system(name).name
+
+
 def setup_system(name: str, *, force: bool = False) -> SetupReport:
+    full = ALIASES.get(name, name)
+    if full in ENVIRONMENTS:
+        library = ENVIRONMENTS[full]
+        return setup(library.name, library.lock, check=_check_import(library), force=force)
     system = get_real_system(name)
-    check = _check_import(system)
-    return setup(system.env_name, system.lock, check=check, force=force)
+    return setup(system.env_name, system.lock, check=_check_import(system), force=force)

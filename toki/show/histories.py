@@ -13,30 +13,37 @@ from toki.show.common import lanes, plain, short, touches
 from toki.show.page import Cycle, CycleEdge, Page, Row, Span
 from toki.show.simulated import walk
 
-__all__ = ["elle_history", "load_elle", "toki_history"]
+__all__ = ["elle_history", "load_elle", "not_a_history", "toki_history"]
 
 
 def load_elle(path: Path, fmt: str, detected: bool = True) -> Any:
-    """An Elle history; a file the format detection only took for EDN (a Markdown file
-    starts with '#', as an EDN record does) is refused in words, not with the EDN lexer's
-    position."""
+    """An Elle history; a file the format detection only took for EDN is refused in words
+    (`not_a_history`)."""
     from toki.check.elle import load
     from toki.errors import HistoryFormatError
 
     try:
         return load(path, fmt)
     except HistoryFormatError as exc:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            head = fh.read(200).lstrip()
-        looks_edn = head.startswith(("{", "[", ";", "#jepsen", "#{"))
-        if detected and not looks_edn and "invalid EDN" in str(exc):
-            raise InvalidInput(
-                str(path),
-                "is neither a toki history nor an Elle history in EDN or JSON (its first "
-                "line does not parse)",
-                "see docs/history-format.md, or name the format with --format",
-            ) from None
-        raise
+        raise not_a_history(path, exc, detected) from None
+
+
+def not_a_history(path: Path, exc: Exception, detected: bool = True) -> Exception:
+    """The error to report for `exc`, raised reading `path` as an Elle history: a file the
+    format detection only took for EDN (a Markdown file starts with '#', as an EDN record
+    does) is "neither a toki history nor an Elle history", not the EDN lexer's position;
+    anything else is `exc` itself."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        head = fh.read(200).lstrip()
+    looks_edn = head.startswith(("{", "[", ";", "#jepsen", "#{"))
+    if detected and not looks_edn and "invalid EDN" in str(exc):
+        return InvalidInput(
+            str(path),
+            "is neither a toki history nor an Elle history in EDN or JSON (its first "
+            "line does not parse)",
+            "see docs/history-format.md, or name the format with --format",
+        )
+    return exc
 
 
 def _cycles(anomalies: Mapping[str, Sequence[Any]], limit: int = 6) -> list[Cycle]:
