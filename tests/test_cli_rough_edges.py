@@ -71,8 +71,8 @@ ROWS: list[tuple[list[str], int, str, str]] = [
     (["matrix", "--config", "@binary", "--out", "@newdir"], 2, "err", "is not a text (TOML)"),
     (["matrix", "--config", "@missing", "--out", "@newdir"], 2, "err", "--config: cannot read"),
     # exit codes: a usage error of a delegated command is 2 with `error:`
-    (["prove", "--only", "isolation_lwww"], 2, "err", "toki prove: error: unknown proof"),
-    (["prove", "--k", "0"], 2, "err", "toki prove: error: --k 0"),
+    (["prove", "--only", "isolation_lwww"], 2, "err", "unknown proof 'isolation_lwww'"),
+    (["prove", "--k", "0"], 2, "err", "toki prove: error: --k"),
     # Elle's spellings, and "did you mean"
     (["check", "@gsingle", "--consistency-models", "serializable"], 1, "out", "for serializable"),
     (["check", "@gsingle", "--model", "list-append"], 1, "out", "list-append, 3 transactions"),
