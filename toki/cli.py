@@ -519,7 +519,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from toki.chain import Digest, verify
-    from toki.store.base import ALL_SEQS, open_store
+    from toki.store.base import ALL_SEQS
+    from toki.store.open import open_store
 
     digest = None if args.digest is None else Digest.parse(args.digest)
     key = None

@@ -1,0 +1,109 @@
+"""A scratch state: plans applied to a snapshot in memory, in order, with no store, no
+clock and no lock. Re-adjudication and shadow projections build their states with it from the
+core's planners, the same functions the shell (toki/memory.py) runs inside a transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+
+from toki.algebra.base import Operator
+from toki.algebra.lww import LWW
+from toki.algebra.provenance import Decision
+from toki.algebra.rule import Policy
+from toki.errors import UnknownProposal, UnknownVersion
+from toki.isolation import Isolation
+from toki.judge import Judge, JudgeLog
+from toki.log import Event, EventKind
+from toki.model import FactKey
+from toki.partition import Partition
+from toki.replay import Snapshot
+from toki.write import WriteRequest, plan_policy, plan_write, write_keys
+
+__all__ = ["Scratch", "rejudge"]
+
+
+class Scratch:
+    """A snapshot and the events applied to it: `run` plans from a partition of it (as the
+    one-writer shell does, without cloning a store's read) and folds what the plan made."""
+
+    __slots__ = ("events", "snapshot")
+
+    def __init__(self) -> None:
+        self.snapshot = Snapshot()
+        self.events: list[Event] = []
+
+    def run(self, keys: Iterable[FactKey], build: Callable[[Partition], list[Event]]) -> None:
+        part = Partition.of_snapshot(keys, self.snapshot, self.snapshot.watermark)
+        events = build(part)
+        for event in events:
+            self.snapshot.apply(event)
+        self.events.extend(events)
+
+    def write(self, request: WriteRequest) -> Decision:
+        made: list[Decision] = []
+
+        def build(p: Partition) -> list[Event]:
+            decision, events = plan_write(p, request)
+            made.append(decision)
+            return events
+
+        self.run(write_keys(request.version.key, request.operator), build)
+        return made[0]
+
+    def set_policy(self, key: FactKey, policy: Policy, recorded: datetime) -> None:
+        self.run([key], lambda p: plan_policy(p, key, policy, recorded))
+
+    def key_of(self, vid: str, field: str = "version") -> FactKey:
+        key = self.snapshot.version_key.get(vid)
+        if key is None:
+            raise UnknownVersion(vid, field)
+        return key
+
+    def hold_key(self, token: str) -> FactKey:
+        key = self.snapshot.holds.get(token)
+        if key is None:
+            raise UnknownProposal(
+                f"token: no held decision has token {token!r} (use Decision.token from write)"
+            )
+        return key
+
+
+def rejudge(
+    events: Iterable[Event],
+    operators: Mapping[str, Operator],
+    operator: Operator | None,
+    *,
+    judge: Judge | None,
+    use_keyed_log: bool,
+    level: Isolation,
+) -> Scratch:
+    """Re-run every logged claim (and POLICY) through the write path on a fresh state: the
+    recovery of systems that log inputs, not decisions. With the keyed log each judge
+    question is answered from the DECISION events; without it the judge is asked again."""
+    ordered = sorted(events, key=lambda e: e.seq)
+    keyed = JudgeLog.from_events(ordered) if use_keyed_log else None
+    scratch = Scratch()
+    for event in ordered:
+        if event.kind is EventKind.POLICY:
+            policy = Policy.from_json(event.body["policy"])
+            scratch.set_policy(event.key, policy, event.recorded_at)
+        elif event.kind is EventKind.ASSERT and event.body.get("claim"):
+            version = event.version
+            assert version is not None
+            op = operator if operator is not None else operators.get(version.key.fact_key, LWW)
+            scratch.write(
+                WriteRequest(
+                    version,
+                    op,
+                    level,
+                    judge=judge,
+                    log_judge=use_keyed_log,
+                    allow_weaker_isolation=True,
+                    judge_log=keyed,
+                )
+            )
+    return scratch
+
+
