@@ -160,6 +160,7 @@ def test_a_plan_is_a_function_of_its_partition_and_request() -> None:
     assert first == second
     assert first[1], "a contradiction is decided and recorded"
     assert (mem.state_hash(), mem.watermark) == (hash_before, watermark)
-    assert Partition.of_snapshot(keys, mem._snapshot, mem.watermark).snapshot.state(
-        key
-    ).summary() == part.snapshot.state(key).summary()  # type: ignore[union-attr]
+    assert (
+        Partition.of_snapshot(keys, mem._snapshot, mem.watermark).snapshot.state(key).summary()
+        == part.snapshot.state(key).summary()
+    )  # type: ignore[union-attr]

@@ -12,6 +12,7 @@ from toki.algebra.base import Operator
 from toki.algebra.lww import LWW
 from toki.algebra.provenance import Decision
 from toki.algebra.rule import Policy
+from toki.db import Db
 from toki.errors import UnknownProposal, UnknownVersion
 from toki.isolation import Isolation
 from toki.judge import Judge, JudgeLog
@@ -33,6 +34,10 @@ class Scratch:
     def __init__(self) -> None:
         self.snapshot = Snapshot()
         self.events: list[Event] = []
+
+    def db(self, now: datetime) -> Db:
+        """The state the plans made, as a value (`now`: the valid time reads default to)."""
+        return Db(self.snapshot, self.snapshot, self.snapshot.watermark, None, now)
 
     def run(self, keys: Iterable[FactKey], build: Callable[[Partition], list[Event]]) -> None:
         part = Partition.of_snapshot(keys, self.snapshot, self.snapshot.watermark)
@@ -105,5 +110,3 @@ def rejudge(
                 )
             )
     return scratch
-
-

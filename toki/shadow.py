@@ -33,7 +33,7 @@ from toki.lifecycle import plan_assert, plan_revoke, plan_segment, plan_settle, 
 from toki.log import CONFIG_KEY, Event, EventKind
 from toki.model import FactKey, FactVersion, Resolution, Scope
 from toki.plan import LOG_KEY, POLICY_SUBJECT
-from toki.replay import KeyState, Snapshot
+from toki.replay import KeyState, Snapshot, replay
 from toki.scratch import Scratch
 from toki.time import BoundSource, format_instant
 from toki.write import WriteRequest
@@ -47,6 +47,7 @@ __all__ = [
     "fold_under",
     "in_force",
     "refold",
+    "serving_db",
     "shadow_report",
 ]
 
@@ -527,6 +528,16 @@ def config_stack(snapshot: Snapshot, as_of: datetime | None) -> list[Mapping[str
         elif stack:
             stack.pop()
     return stack
+
+
+def serving_db(events: Iterable[Event], now: datetime) -> Db:
+    """The replay of `events` as the value reads are served from: under the configuration
+    promoted last in them, if any (what a Memory holding them serves)."""
+    ordered = list(events)
+    snapshot = replay(ordered)
+    config = in_force(snapshot, None)
+    view = snapshot if config is None else fold_under(ordered, config)[0]
+    return Db(snapshot, view, snapshot.watermark, None, now)
 
 
 def in_force(snapshot: Snapshot, as_of: datetime | None) -> Config | None:

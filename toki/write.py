@@ -145,8 +145,9 @@ def _context(p: Partition, request: WriteRequest) -> ResolveContext:
         own_log=p.snapshot.judge_log,
         allow_weaker_isolation=request.allow_weaker_isolation,
         evidence=lambda key: _evidence(p, key),
-        policy=lambda key, at: (lookup(key, at) if lookup else None)
-        or _policy_in_force(p, key, at),
+        policy=lambda key, at: (
+            (lookup(key, at) if lookup else None) or _policy_in_force(p, key, at)
+        ),
     )
 
 

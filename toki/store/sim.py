@@ -1,5 +1,5 @@
 """An event store on the simulator's `SimStore`, so that the scheduler interleaves the library's
-own write path (`Memory.write_steps` → `WritePath` → `Partition` → the operator).
+own write path (`Memory.write_steps` → `Partition` → `write.plan_write` → the operator).
 
 The transaction shell is PostgreSQL's (`toki/store/postgres.py`), one SimStore statement per
 scheduler step, and the plan in the middle is the library's, unchanged:
