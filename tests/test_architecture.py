@@ -19,8 +19,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("toki.model", "toki.log", "toki.chain", "toki.conflicts", "toki.judge", "toki.llm"),
     # 2 the algebra and the fold
     ("toki.algebra", "toki.replay", "toki.projection", "toki.partition"),
-    # 3 the functional core: the state as a value, the planners, provenance of reads, shadows
+    # 3 the functional core: the state as a value, the planners, provenance of reads, shadows;
+    # the operators' laws, checked through the planners
     (
+        "toki.algebra.laws",
         "toki.db",
         "toki.plan",
         "toki.write",

@@ -72,6 +72,7 @@ from toki.plan import (
     POLICY_SUBJECT,
     UNKNOWN,
     VersionRef,
+    claim_version,
     interval,
     new_version,
     version_id,
@@ -486,18 +487,7 @@ class Memory:
         op = operator if operator is not None else self.operator_for(claim.key)
         if not isinstance(op, Operator):
             raise InvalidInput("operator", f"{op!r} is not an Operator")
-        recorded = self._recorded(claim.recorded_at)
-        valid = interval(claim.valid_from, claim.valid_to, recorded)
-        version = new_version(
-            claim.key,
-            claim.value,
-            valid,
-            recorded,
-            claim.source_id,
-            claim.source_hash,
-            None,
-            claim.weight,
-        )
+        version = claim_version(claim, self._recorded(claim.recorded_at))
         level = self._level_for(op.requires)
         if self._concurrent and not allow_weaker_isolation:
             check_precondition(level, op.requires, what=f"operator {op.name}")

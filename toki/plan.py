@@ -16,7 +16,7 @@ from typing import Any
 from toki.canonical import check_json, check_text
 from toki.errors import InvalidInput, LifecycleError
 from toki.log import Event, EventKind
-from toki.model import FactKey, FactVersion, Lifecycle, need_key, need_source_hash
+from toki.model import Claim, FactKey, FactVersion, Lifecycle, need_key, need_source_hash
 from toki.model import source_hash_of as _source_hash_of
 from toki.partition import Partition
 from toki.replay import KeyState
@@ -29,6 +29,7 @@ __all__ = [
     "VersionRef",
     "assert_events",
     "check_standing",
+    "claim_version",
     "interval",
     "leave_groups",
     "new_version",
@@ -105,6 +106,21 @@ def new_version(
         source_hash=need_source_hash(source_hash) or _source_hash_of(source_id, value),
         supersedes=supersedes,
         weight=weight,
+    )
+
+
+def claim_version(claim: Claim, recorded: datetime) -> FactVersion:
+    """The version a claim becomes when recorded at `recorded` (the write path's input)."""
+    valid = interval(claim.valid_from, claim.valid_to, recorded)
+    return new_version(
+        claim.key,
+        claim.value,
+        valid,
+        recorded,
+        claim.source_id,
+        claim.source_hash,
+        None,
+        claim.weight,
     )
 
 

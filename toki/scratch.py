@@ -13,13 +13,15 @@ from toki.algebra.lww import LWW
 from toki.algebra.provenance import Decision
 from toki.algebra.rule import Policy
 from toki.db import Db
-from toki.errors import UnknownProposal, UnknownVersion
+from toki.errors import InvalidInput, UnknownProposal, UnknownVersion
 from toki.isolation import Isolation
 from toki.judge import Judge, JudgeLog
 from toki.log import Event, EventKind
-from toki.model import FactKey
+from toki.model import Claim, FactKey
 from toki.partition import Partition
+from toki.plan import claim_version
 from toki.replay import Snapshot
+from toki.time import parse_instant
 from toki.write import WriteRequest, plan_policy, plan_write, write_keys
 
 __all__ = ["Scratch", "rejudge"]
@@ -45,6 +47,17 @@ class Scratch:
         for event in events:
             self.snapshot.apply(event)
         self.events.extend(events)
+
+    def claim(
+        self, claim: Claim, operator: Operator, *, judge: Judge | None = None
+    ) -> Decision:
+        """`Memory.write` on an in-memory store: a claim carrying its recording time, at the
+        one-writer stores' level (SERIALIZABLE)."""
+        if claim.recorded_at is None:
+            raise InvalidInput("recorded_at", "a scratch state has no clock", "give the claim one")
+        recorded = parse_instant(claim.recorded_at, "recorded_at")
+        version = claim_version(claim, recorded)
+        return self.write(WriteRequest(version, operator, Isolation.SERIALIZABLE, judge=judge))
 
     def write(self, request: WriteRequest) -> Decision:
         made: list[Decision] = []

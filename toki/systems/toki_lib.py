@@ -137,7 +137,9 @@ class TokiLibrary(SystemModel):
         keyed_log: bool = True,
         judge: bool | None = None,
         head_check: bool = True,
+        prefix: str = "toki-lib",
     ) -> None:
+        """prefix: the row names' stem (`toki-lib-ewm`; the matrix's `toki` rows: `toki`)."""
         if operator not in OPERATORS:
             raise InvalidInput(
                 "operator", f"unknown operator {operator!r}", f"use one of {sorted(OPERATORS)}"
@@ -148,7 +150,7 @@ class TokiLibrary(SystemModel):
         self.head_check = head_check
         self.isolation_level: Isolation = OPERATORS[operator].requires
         suffix = ("" if keyed_log else "-nolog") + ("" if head_check else "-nohead")
-        self.model_name = f"toki-lib-{operator.lower()}{suffix}"
+        self.model_name = f"{prefix}-{operator.lower()}{suffix}"
 
     @property
     def name(self) -> str:  # type: ignore[override]
