@@ -107,8 +107,6 @@ class WriteStats:
 class Memory:
     """A bitemporal fact store. In-memory by default; `Memory.open(url)` for a backend."""
 
-    refold_notes: tuple[tuple[int, str], ...] = ()
-
     def __init__(
         self,
         store: EventStore | None = None,
