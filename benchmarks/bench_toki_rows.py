@@ -80,6 +80,17 @@ def main() -> None:
             "system": args.system,
             "budget": args.budget,
             "config": str(DEFAULT_CONFIG.name),
+            "summary": {
+                "library_s": rows["library"]["seconds"],
+                "model_s": rows["model"]["seconds"],
+                "library_over_model": round(
+                    rows["library"]["seconds"] / rows["model"]["seconds"], 2
+                ),
+                "cells_that_differ": sum(
+                    rows["library"]["verdicts"][c] != v
+                    for c, v in rows["model"]["verdicts"].items()
+                ),
+            },
             "rows": rows,
         },
     )

@@ -17,10 +17,11 @@ from toki.systems.memoryos import MemoryOSModel
 from toki.systems.memos import MemOSModel
 from toki.systems.mirix import MirixModel
 from toki.systems.toki_lib import TokiLibrary
+from toki.systems.toki_model import TokiModel
 from toki.systems.worlddb import WorldDBModel
 from toki.systems.zep import ZepCEModel
 
-__all__ = ["LIBRARY", "SYSTEMS", "get_system", "register"]
+__all__ = ["LIBRARY", "MODELS", "SYSTEMS", "get_system", "register"]
 
 SYSTEMS: dict[str, Callable[[], SystemModel]] = {
     # TOKI's rows run the library's own write path (toki/systems/toki_lib.py), one per operator
@@ -68,8 +69,19 @@ def register(name: str, factory: Callable[[], SystemModel]) -> None:
     SYSTEMS[name] = factory
 
 
+MODELS: dict[str, Callable[[], SystemModel]] = {
+    "toki-model-lww": lambda: TokiModel("LWW"),
+    "toki-model-ewm": lambda: TokiModel("EWM"),
+    "toki-model-await": lambda: TokiModel("AWAIT"),
+    "toki-model-rule": lambda: TokiModel("RULE"),
+    "toki-model-ewm-nolog": lambda: TokiModel("EWM", keyed_log=False),
+}
+"""The retired model of TOKI's write path (toki/systems/toki_model.py), outside the matrix:
+kept for `toki pg-grid` and as a fixture (docs/architecture.md); histories it wrote name it."""
+
+
 def get_system(name: str) -> SystemModel:
-    factory = SYSTEMS.get(name) or LIBRARY.get(name)
+    factory = SYSTEMS.get(name) or LIBRARY.get(name) or MODELS.get(name)
     if factory is None:
         raise InvalidInput(
             "system",
