@@ -36,13 +36,14 @@ class Db:
     """The log as folded through seq `basis`, read as known at system time `as_of` (None:
     everything folded). `state` is the fold of the log as decided; `view` the state reads
     are served from: `state` itself, or under a promoted configuration its refold
-    (toki/shadow.py). `now` is the valid time a read without one asks about."""
+    (toki/shadow.py). `now` is the valid time a read without one asks about (the shell's
+clock when the Db was taken; None: every read must name its valid time)."""
 
     state: Snapshot
     view: Snapshot
     basis: int
     as_of: datetime | None
-    now: datetime
+    now: datetime | None = None
 
     def resolve_at(
         self,
@@ -54,7 +55,12 @@ class Db:
         """What held at `valid_at` (default `now`); along a scope chain the first answer that
         is not "unknown" wins (a conflict is an answer: it is never skipped over)."""
         need_key(key)
-        at = self.now if valid_at is None else parse_instant(valid_at, "valid_at")
+        if valid_at is not None:
+            at = parse_instant(valid_at, "valid_at")
+        elif self.now is not None:
+            at = self.now
+        else:
+            raise InvalidInput("valid_at", "this Db has no `now`", "pass valid_at")
         return resolve_in(self.view, scope_keys(key, scope_chain), at, self.as_of)
 
     def current(

@@ -693,13 +693,19 @@ class Memory:
         `system_as_of` (default: all), under the configuration in force then. It never
         changes: later writes go to a copy (docs/architecture.md)."""
         with self._writer:
-            db = self._db(_as_of(system_as_of))
+            db = self._db(_as_of(system_as_of), self._now())
             self._shared = True
             return db
 
-    def _db(self, as_of: datetime | None) -> Db:
-        """The live state as a Db for one read (not frozen: see `db`)."""
-        return Db(self._snapshot, self._view(as_of), self._log.last_seq, as_of, self._now())
+    def _db(self, as_of: datetime | None, now: datetime | None = None) -> Db:
+        """The live state as a Db for one read (not frozen: see `db`; no clock read unless
+        the read needs `now`)."""
+        return Db(self._snapshot, self._view(as_of), self._log.last_seq, as_of, now)
+
+    def _log_db(self, as_of: datetime | None) -> Db:
+        """`_db` for the reads of the log as decided (history, lifecycle, audit, conflicts,
+        versions), which never look at the configuration in force: no refold is built."""
+        return Db(self._snapshot, self._snapshot, self._log.last_seq, as_of)
 
     def resolve_at(
         self,
@@ -750,24 +756,24 @@ class Memory:
 
     def history(self, key: FactKey, system_as_of: TimeLike | None = None) -> list[HistoryEntry]:
         """Every version known at `system_as_of`: lifecycle, effective interval, successor."""
-        return self._db(_as_of(system_as_of)).history(key)
+        return self._log_db(_as_of(system_as_of)).history(key)
 
     def render_history(self, key: FactKey, system_as_of: TimeLike | None = None) -> str:
-        return self._db(_as_of(system_as_of)).render_history(key)
+        return self._log_db(_as_of(system_as_of)).render_history(key)
 
     def lifecycle(self, version: VersionRef, system_as_of: TimeLike | None = None) -> Lifecycle:
-        return self._db(_as_of(system_as_of)).lifecycle(version)
+        return self._log_db(_as_of(system_as_of)).lifecycle(version)
 
     def audit(self, key: FactKey) -> list[AuditRow]:
         """The dual-row view's audit rows: every version that lost a decision, with the
         decision's provenance. Nothing a decision touched is ever overwritten or deleted."""
-        return self._db(None).audit(key)
+        return self._log_db(None).audit(key)
 
     def open_conflicts(self, key: FactKey) -> list[tuple[str, ...]]:
-        return self._db(None).open_conflicts(key)
+        return self._log_db(None).open_conflicts(key)
 
     def version(self, version_id: str) -> FactVersion:
-        return self._db(None).version(version_id)
+        return self._log_db(None).version(version_id)
 
     def keys(self) -> list[FactKey]:
         return sorted(self._snapshot.keys)
