@@ -30,7 +30,6 @@ from toki.time import BoundSource, Interval, format_instant
 from toki.write import close_losers
 
 __all__ = [
-    "derived_pieces",
     "plan_assert",
     "plan_config",
     "plan_revoke",
@@ -116,7 +115,7 @@ def plan_revoke(p: Partition, ref: VersionRef, recorded: datetime, reason: str) 
             "a revocation cannot be known before the version it revokes",
         )
     pending: list[Event] = []
-    for vid in derived_pieces(state, target):
+    for vid in _derived_pieces(state, target):
         if not state.is_revoked(vid):
             pending.append(
                 p.new(
@@ -306,7 +305,7 @@ def plan_config(p: Partition, body: Mapping[str, Any], recorded: datetime) -> li
     return [p.new(EventKind.CONFIG, CONFIG_KEY, recorded, (), body)]
 
 
-def derived_pieces(state: KeyState, root: FactVersion) -> list[str]:
+def _derived_pieces(state: KeyState, root: FactVersion) -> list[str]:
     """`root` and, transitively, the split pieces that repeat its claim."""
     out = [root.id]
     frontier = [root]
