@@ -11,7 +11,7 @@ the path of one write, one read and one replay are in docs/architecture.md.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -48,7 +48,6 @@ from toki.isolation import Isolation, check_precondition
 from toki.judge import Judge
 from toki.lifecycle import (
     plan_assert,
-    plan_config,
     plan_revoke,
     plan_revoke_source,
     plan_segment,
@@ -80,7 +79,16 @@ from toki.plan import (
 from toki.projection import ReconcileReport, reconcile
 from toki.replay import KeySummary, Snapshot, gc_paused, replay
 from toki.scratch import rejudge
-from toki.shadow import Config, ShadowReport, config_stack, fold_under, in_force, shadow_report
+from toki.shadow import (
+    Config,
+    ShadowReport,
+    config_stack,
+    fold_under,
+    in_force,
+    plan_promote,
+    plan_rollback,
+    shadow_report,
+)
 from toki.store.base import ALL_SEQS, EventStore, Steps, drive, transact_steps
 from toki.store.memory import InMemoryStore
 from toki.store.open import open_store
@@ -1005,36 +1013,28 @@ class Memory:
         current = in_force(self._snapshot, None)
         if current is not None and current.id == config.id:
             return
-        body = {
-            "action": "promote",
-            "id": config.id,
-            "config": config.to_json(),
-            "replaces": None if current is None else current.id,
-            "operators_before": {f: op.name for f, op in sorted(self._operators.items())},
-        }
-        self._config_event(body, recorded_at)
-        self._operators = {f: OPERATORS[o] for f, o in config.operators}
+        recorded = self._recorded(recorded_at)
+        before = {f: op.name for f, op in self._operators.items()}
+        if self._write([CONFIG_KEY], lambda p: plan_promote(p, config, before, recorded)):
+            self._operators = {f: OPERATORS[o] for f, o in config.operators}
 
     def rollback(self, *, recorded_at: TimeLike | None = None) -> Config | None:
         """Switch reads back to the configuration in force before the last promotion still
         in force (a CONFIG event; nothing is deleted); returns it (None: the log as decided)."""
-        stack = config_stack(self._snapshot, None)
-        if not stack:
+        if not config_stack(self._snapshot, None):
             raise LifecycleError("rollback: no promoted configuration is in force")
-        top = stack[-1]
-        previous = stack[-2] if len(stack) > 1 else None
-        body = {
-            "action": "rollback",
-            "id": top["id"],
-            "to": None if previous is None else previous["id"],
-        }
-        self._config_event(body, recorded_at)
-        self._operators = {f: OPERATORS[o] for f, o in dict(top["operators_before"]).items()}
-        return None if previous is None else Config.from_json(previous["config"])
-
-    def _config_event(self, body: dict[str, Any], recorded_at: TimeLike | None) -> None:
         recorded = self._recorded(recorded_at)
-        self._write([CONFIG_KEY], lambda p: plan_config(p, body, recorded))
+        made: list[tuple[Mapping[str, Any], Config | None]] = []
+
+        def build(p: Partition) -> list[Event]:
+            top, again, events = plan_rollback(p, recorded)
+            made[:] = [(top, again)]
+            return events
+
+        self._write([CONFIG_KEY], build)
+        top, again = made[0]
+        self._operators = {f: OPERATORS[o] for f, o in dict(top["operators_before"]).items()}
+        return again
 
 
 def _as_of(system_as_of: TimeLike | None) -> datetime | None:

@@ -29,9 +29,17 @@ from toki.db import Db, resolve_in
 from toki.errors import InvalidInput, LifecycleError, TokiError
 from toki.isolation import Isolation
 from toki.judge import Judge, JudgeLog
-from toki.lifecycle import plan_assert, plan_revoke, plan_segment, plan_settle, plan_supersede
+from toki.lifecycle import (
+    plan_assert,
+    plan_config,
+    plan_revoke,
+    plan_segment,
+    plan_settle,
+    plan_supersede,
+)
 from toki.log import CONFIG_KEY, Event, EventKind
 from toki.model import FactKey, FactVersion, Resolution, Scope
+from toki.partition import Partition
 from toki.plan import LOG_KEY, POLICY_SUBJECT
 from toki.replay import KeyState, Snapshot, replay
 from toki.scratch import Scratch
@@ -46,6 +54,8 @@ __all__ = [
     "config_stack",
     "fold_under",
     "in_force",
+    "plan_promote",
+    "plan_rollback",
     "refold",
     "serving_db",
     "shadow_report",
@@ -538,6 +548,43 @@ def serving_db(events: Iterable[Event], now: datetime) -> Db:
     config = in_force(snapshot, None)
     view = snapshot if config is None else fold_under(ordered, config)[0]
     return Db(snapshot, view, snapshot.watermark, None, now)
+
+
+def plan_promote(
+    p: Partition, config: Config, operators_before: Mapping[str, str], recorded: datetime
+) -> list[Event]:
+    """A CONFIG event serving reads from the fold under `config` from `recorded` on; none
+    when `config` is already in force. `operators_before`: the routing it replaces."""
+    current = in_force(p.snapshot, None)
+    if current is not None and current.id == config.id:
+        return []
+    body = {
+        "action": "promote",
+        "id": config.id,
+        "config": config.to_json(),
+        "replaces": None if current is None else current.id,
+        "operators_before": dict(sorted(operators_before.items())),
+    }
+    return plan_config(p, body, recorded)
+
+
+def plan_rollback(
+    p: Partition, recorded: datetime
+) -> tuple[Mapping[str, Any], Config | None, list[Event]]:
+    """A CONFIG event popping the last promotion still in force: (that promotion's event
+    body, the configuration in force again (None: the log as decided), the events)."""
+    stack = config_stack(p.snapshot, None)
+    if not stack:
+        raise LifecycleError("rollback: no promoted configuration is in force")
+    top = stack[-1]
+    previous = stack[-2] if len(stack) > 1 else None
+    body = {
+        "action": "rollback",
+        "id": top["id"],
+        "to": None if previous is None else previous["id"],
+    }
+    again = None if previous is None else Config.from_json(previous["config"])
+    return top, again, plan_config(p, body, recorded)
 
 
 def in_force(snapshot: Snapshot, as_of: datetime | None) -> Config | None:
