@@ -17,10 +17,13 @@ from datetime import datetime
 from typing import Any
 
 from toki.canonical import canonical_json, check_text, digest
-from toki.db import Db, resolve_in
+from toki.chain import ChainCheck
+from toki.db import Db, resolution_json, resolve_in, same_answer
 from toki.errors import IntegrityError, InvalidInput
+from toki.log import Event
 from toki.model import FactKey, Resolution, Scope
-from toki.replay import Snapshot
+from toki.replay import Snapshot, replay
+from toki.shadow import Config, fold_under
 from toki.time import format_instant, parse_instant
 
 __all__ = [
@@ -32,6 +35,9 @@ __all__ = [
     "need_consumer",
     "need_source",
     "reproduce",
+    "resolution_json",
+    "same_answer",
+    "verify_reads",
 ]
 
 
@@ -131,20 +137,6 @@ class Consumption:
                 "changed outside toki); restore the store from a backup taken before it"
             )
         return record
-
-
-def resolution_json(answer: Resolution) -> dict[str, Any]:
-    return {
-        "kind": answer.kind,
-        "value": answer.value,
-        "version_ids": list(answer.version_ids),
-        "conflicts": [list(c) for c in answer.conflicts],
-    }
-
-
-def same_answer(a: Resolution, b: Resolution) -> bool:
-    """Equal kind and value (canonical JSON): what a consumer would have been told."""
-    return a.kind == b.kind and canonical_json(a.value) == canonical_json(b.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +271,42 @@ def answer_now(db: Db, record: Consumption) -> Resolution:
 def reproduce(record: Consumption, prefix: Snapshot) -> Resolution:
     """The answer the fold of the log prefix a record names gives to its question."""
     return resolve_in(prefix, _chain(record), record.valid_at, record.system_as_of)
+
+
+def verify_reads(records: Sequence[Consumption], log: Sequence[Event], where: str) -> None:
+    """Re-derive every record's answer from the log prefix it names (events with seq <=
+    log_seq, under the configuration then in force) after checking that prefix's chain head;
+    a record that no longer follows from its log raises IntegrityError."""
+    cache: dict[tuple[int, str | None], Snapshot] = {}
+    for record in records:
+        slot = (record.log_seq, record.config_id)
+        prefix_state = cache.get(slot)
+        if prefix_state is None:
+            prefix_state = cache[slot] = _prefix_state(record, log, where)
+        again = reproduce(record, prefix_state)
+        if again != record.answer:
+            raise IntegrityError(
+                f"{where}: consumption record {record.record_id} of {record.consumer!r} says "
+                f"{resolution_json(record.answer)} but the log up to seq {record.log_seq} "
+                f"gives {resolution_json(again)}"
+            )
+
+
+def _prefix_state(record: Consumption, log: Sequence[Event], where: str) -> Snapshot:
+    prefix = [e for e in log if e.seq <= record.log_seq]
+    if record.log_head:
+        check = ChainCheck(where)
+        for event in prefix:
+            check.add(event)
+        if check.head != record.log_head:
+            raise IntegrityError(
+                f"{where}: the fact log up to seq {record.log_seq} is not the one consumption "
+                f"record {record.record_id} read (chain head differs); run `toki verify URL "
+                "--digest D`"
+            )
+    if record.config is None:
+        return replay(prefix)
+    return fold_under(prefix, Config.from_json(record.config))[0]
 
 
 def _chain(record: Consumption) -> list[FactKey]:

@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from toki.algebra.provenance import AuditRow, Provenance
+from toki.canonical import canonical_json
 from toki.errors import InvalidInput, UnknownVersion
 from toki.model import (
     FactKey,
@@ -28,7 +30,7 @@ from toki.plan import VersionRef, version_id
 from toki.replay import Snapshot
 from toki.time import TimeLike, parse_instant
 
-__all__ = ["Db", "resolve_in", "scope_keys"]
+__all__ = ["Db", "resolution_json", "resolve_in", "same_answer", "scope_keys"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,20 @@ def resolve_in(
         if result.kind != "unknown":
             return result
     return Resolution("unknown")
+
+
+def resolution_json(answer: Resolution) -> dict[str, Any]:
+    return {
+        "kind": answer.kind,
+        "value": answer.value,
+        "version_ids": list(answer.version_ids),
+        "conflicts": [list(c) for c in answer.conflicts],
+    }
+
+
+def same_answer(a: Resolution, b: Resolution) -> bool:
+    """Equal kind and value (canonical JSON): what a consumer would have been told."""
+    return a.kind == b.kind and canonical_json(a.value) == canonical_json(b.value)
 
 
 def scope_keys(key: FactKey, chain: Sequence[Scope | str] | None) -> list[FactKey]:

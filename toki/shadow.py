@@ -24,8 +24,7 @@ from toki.algebra import OPERATORS
 from toki.algebra.base import Operator
 from toki.algebra.rule import Policy
 from toki.canonical import canonical_json, digest
-from toki.consumption import resolution_json, same_answer
-from toki.db import Db, resolve_in
+from toki.db import Db, resolution_json, resolve_in, same_answer
 from toki.errors import InvalidInput, LifecycleError, TokiError
 from toki.isolation import Isolation
 from toki.judge import Judge, JudgeLog
