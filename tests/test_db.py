@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -16,6 +17,13 @@ from toki import Claim, FactKey, FactVersion, Memory
 from toki.algebra import EWM, LWW
 from toki.db import Db
 from toki.errors import TokiError
+from toki.lifecycle import (
+    plan_assert,
+    plan_revoke,
+    plan_revoke_source,
+    plan_segment,
+    plan_supersede,
+)
 from toki.partition import Partition
 from toki.plan import interval, new_version
 from toki.shadow import Config
@@ -164,3 +172,45 @@ def test_a_plan_is_a_function_of_its_partition_and_request() -> None:
         Partition.of_snapshot(keys, mem._snapshot, mem.watermark).snapshot.state(key).summary()
         == part.snapshot.state(key).summary()
     )  # type: ignore[union-attr]
+
+
+def _outcome(plan: Any) -> Any:
+    try:
+        return plan()
+    except TokiError as exc:
+        return type(exc).__name__, str(exc)
+
+
+@settings(max_examples=30)
+@given(seed=st.integers(0, 10**6), steps=st.integers(1, 20))
+def test_lifecycle_planners_are_pure(seed: int, steps: int) -> None:
+    """Every lifecycle planner, run twice on the same partition, makes the same plan (or
+    refuses the same way) and changes neither the partition nor the Memory."""
+    rng = random.Random(seed)
+    print(f"seed={seed} steps={steps}")
+    mem = Memory(clock=lambda: day(400))
+    versions: list[FactVersion] = []
+    for n in range(steps):
+        _step(mem, rng, versions, n)
+    key = rng.choice(KEYS)
+    part = Partition.of_snapshot([key], mem._snapshot, mem.watermark)
+    before = (mem.state_hash(), mem.watermark, part.snapshot.state_hash())
+    at = day(steps + 1)
+    middle = new_version(key, "Oslo", interval(day(10), day(20), at), at, "p", None)
+    mine = [v for v in versions if v.key == key] or [middle]
+    target = rng.choice(mine)
+    plans = {
+        "assert": lambda: plan_assert(part, middle),
+        "segment": lambda: plan_segment(part, middle),
+        "revoke": lambda: plan_revoke(part, target.id, at, "wrong"),
+        "supersede": lambda: plan_supersede(
+            part, target.id, "Oslo", interval(None, None, at), at, "p", None, 1.0
+        ),
+        "revoke_source": lambda: plan_revoke_source(  # over keys the source touched
+            part, [key] if part.snapshot.state(key) else [], target.source_id, "bad", at
+        ),
+    }
+    for name, plan in plans.items():
+        first, second = _outcome(plan), _outcome(plan)
+        assert first == second, name
+        assert (mem.state_hash(), mem.watermark, part.snapshot.state_hash()) == before, name
