@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "toki.shadow",
     ),
     # 4 storage: the backends and the simulated MVCC store they can run on
-    ("toki.store", "toki.sim"),
+    ("toki.store", "toki.sim", "toki.ops"),
     # 5 the imperative shell and the public API
     ("toki.memory", "toki.relay", "toki.sim.relay", "toki", "toki.cli_input", "toki.cli_output"),
     # 6 checkers, models of systems, proofs' vocabulary

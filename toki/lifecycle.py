@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from toki.algebra.provenance import Action, Decision, Provenance
+from toki.canonical import shown
 from toki.errors import InvalidInterval, InvalidTime, LifecycleError, UnknownProposal
 from toki.log import CONFIG_KEY, Event, EventKind
 from toki.model import FactKey, FactVersion, Lifecycle
@@ -186,12 +187,12 @@ def _hold(p: Partition, key: FactKey, token: str) -> tuple[KeyState, dict[str, A
     state = p.state(key)
     if state is None:
         raise UnknownProposal(
-            f"token: no held decision has token {token!r} (use Decision.token from write)"
+            f"token: no held decision has token {shown(token)} (use Decision.token from write)"
         )
     for _, body in state.decisions:
         if body.get("token") == token and body.get("action") == "HOLD":
             return state, dict(body)
-    raise UnknownProposal(f"token: no held decision has token {token!r}")  # pragma: no cover
+    raise UnknownProposal(f"token: no held decision has token {shown(token)}")  # pragma: no cover
 
 
 def plan_settle(

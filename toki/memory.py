@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,8 +22,8 @@ from toki.algebra.base import Operator
 from toki.algebra.lww import LWW
 from toki.algebra.provenance import AuditRow, Decision
 from toki.algebra.rule import Policy
-from toki.canonical import canonical_json, check_json, check_text
-from toki.chain import ChainCheck, Digest, VerifyReport, verify
+from toki.canonical import canonical_json, check_json, check_text, shown
+from toki.chain import ChainCheck, Digest, VerifyReport
 from toki.consumption import (
     ConsumerImpact,
     Consumption,
@@ -64,6 +65,7 @@ from toki.model import (
     Scope,
     need_key,
 )
+from toki.ops import decision_of, op_done, operation_for, outcome_text
 from toki.partition import Partition
 from toki.plan import (
     LOG_KEY,
@@ -88,7 +90,8 @@ from toki.shadow import (
     plan_rollback,
     shadow_report,
 )
-from toki.store.base import ALL_SEQS, EventStore, Steps, drive, transact_steps
+from toki.store.audit import verify_store
+from toki.store.base import EventStore, Operation, Steps, drive, transact_steps
 from toki.store.memory import InMemoryStore
 from toki.store.open import open_store
 from toki.time import BoundSource, TimeLike, format_instant, parse_instant
@@ -348,6 +351,7 @@ class Memory:
         keys: Iterable[FactKey],
         build: Callable[[Partition], list[Event]],
         level: Isolation = Isolation.READ_COMMITTED,
+        op: Operation | None = None,
     ) -> Steps[list[Event]]:
         """Plan -> append -> commit -> fold: the store's transaction shell reads the
         partition of `keys`, the planner `build` decides from it alone, the shell appends
@@ -368,22 +372,27 @@ class Memory:
             return events, (part.fold(events) if events else {})
 
         wanted = frozenset(keys)
+        op = op if op is not None else operation_for(self._store)  # issue #36 (toki.ops)
         with self._writer:
             if self._concurrent:
-                retries = yield from transact_steps(self._store, wanted, level, plan)
+                retries = yield from transact_steps(self._store, wanted, level, plan, op)
                 self._retries += retries
-                if made:
+                if made and not (op and op.replayed):
                     self._writes += 1
-                    self._catch_up()
-                return made
+                    with suppress(StoreError):  # committed: catching up may wait (toki.ops)
+                        self._catch_up()
+                return [] if op and op.replayed else made
             # one writer (memory, SQLite): under its lock the caught-up live state is the
             # partition as read inside the transaction; clone it rather than re-read it
             with self._store.write_lock():
                 self._catch_up()
+                if op_done(self._store, op):  # a retried operation id: stored once (toki.ops)
+                    return []
                 part = Partition.of_snapshot(wanted, self._snapshot, self._log.last_seq)
                 events = build(part)
                 if events:
-                    self._store.append(events, part.fold(events), events[-1].seq)
+                    extra: dict[str, Any] = {} if op is None else {"op": op}  # toki.ops
+                    self._store.append(events, part.fold(events), events[-1].seq, **extra)
             for event in events:  # committed: only now does this Memory see them
                 self._fold(event)
             if events:
@@ -417,7 +426,7 @@ class Memory:
             key = self._snapshot.holds.get(token)
         if key is None:
             raise UnknownProposal(
-                f"token: no held decision has token {token!r} (use Decision.token from write)"
+                f"token: no held decision has token {shown(token)} (use Decision.token from write)"
             )
         return key
 
@@ -441,7 +450,7 @@ class Memory:
         The same call again (same policy, same recorded_at) is a no-op, like any duplicate
         delivery."""
         if not isinstance(policy, Policy):
-            raise InvalidInput("policy", f"expected a toki.algebra.Policy, got {policy!r}")
+            raise InvalidInput("policy", f"expected a toki.algebra.Policy, got {shown(policy)}")
         recorded = self._recorded(recorded_at)
         key = FactKey(tenant, POLICY_SUBJECT, fact_key)
         self._write([key], lambda p: plan_policy(p, key, policy, recorded))
@@ -455,6 +464,7 @@ class Memory:
         log_judge: bool = True,
         allow_weaker_isolation: bool = False,
         semantic_gate: bool = False,
+        op_id: str | None = None,
     ) -> Decision:
         """The whole write path: duplicate → NOOP; no contradiction → INSERT; contradiction →
         operator → DECISION event → close losers → insert winner → audit rows → commit.
@@ -462,6 +472,10 @@ class Memory:
         Judge verdicts are logged under (fact key, θ) before the decision commits and are
         reused, never re-asked, when the same question comes up again (log_judge=False
         switches the keyed log off, to model baselines).
+
+        op_id: this write's operation id (toki.ops): a retry with the same id, after any
+        failure or an unknown outcome, never stores the claim twice and returns the decision
+        the first run committed.
         """
         return drive(
             self.write_steps(
@@ -471,6 +485,7 @@ class Memory:
                 log_judge=log_judge,
                 allow_weaker_isolation=allow_weaker_isolation,
                 semantic_gate=semantic_gate,
+                op_id=op_id,
             )
         )
 
@@ -483,6 +498,7 @@ class Memory:
         log_judge: bool = True,
         allow_weaker_isolation: bool = False,
         semantic_gate: bool = False,
+        op_id: str | None = None,
     ) -> Steps[Decision]:
         """`write` as a generator of the store's statements: what a simulator agent runs
         (`decision = yield from memory.write_steps(claim)` over `toki.store.sim`), so that
@@ -507,14 +523,19 @@ class Memory:
             config_policy=self._config_policy,
         )
         made: list[Decision] = []
+        operation = operation_for(self._store, op_id)  # toki.ops
 
         def build(p: Partition) -> list[Event]:
             made.clear()  # a retried transaction decides again from a fresh read
             decision, events = plan_write(p, request)
             made.append(decision)
+            if operation is not None:  # stored with the events: what a retry returns
+                operation.result = outcome_text(decision)
             return events
 
-        yield from self._write_steps(write_keys(claim.key, op), build, level)
+        yield from self._write_steps(write_keys(claim.key, op), build, level, operation)
+        if operation is not None and operation.replayed:
+            return decision_of(operation.result)
         return made[0]
 
     # -- writing: the lifecycle operations -------------------------------------------------
@@ -809,16 +830,14 @@ class Memory:
             check.add(event)
         return check.digest()
 
-    def verify(self, digest: Digest | None = None, *, key: bytes | None = None) -> VerifyReport:
-        """Walk the stored log again: seqs dense from 1, stored links, and (given a digest
-        saved earlier, keyed if it was made with `key`) the log up to its seq unchanged."""
-        where = self._store.url
-        return verify(
-            where,
-            ((e, e.chain) for e in self._store.load(ALL_SEQS)),
-            digest=digest,
-            key=_chain_key(key),
-        )
+    def verify(
+        self, digest: Digest | str | None = None, *, key: bytes | None = None
+    ) -> VerifyReport:
+        """Walk the stored log again: seqs dense from 1, stored links, the chain seal, and
+        (given a digest saved earlier, or its 'seq:head' text; keyed if it was made with
+        `key`) the log up to its seq unchanged; then every projection table and the
+        consumption chain against the log (docs/integrity.md)."""
+        return verify_store(self._store, digest, key=_chain_key(key))  # toki.store.audit
 
     def reconcile(self) -> ReconcileReport:
         """Compare the stored projection with a fresh replay of the stored log, per key."""
@@ -961,7 +980,7 @@ class Memory:
         every read whose answer at `valid_at` (default now) differs from the serving one.
         Pass the judge the live writes used, if any (see `toki.shadow.fold_under`)."""
         if not isinstance(config, Config):
-            raise InvalidInput("config", f"expected a toki.shadow.Config, got {config!r}")
+            raise InvalidInput("config", f"expected a toki.shadow.Config, got {shown(config)}")
         self.refresh()
         at = self._now() if valid_at is None else parse_instant(valid_at, "valid_at")
         serving = in_force(self._snapshot, None)
@@ -974,7 +993,7 @@ class Memory:
         the configuration it replaces stays in the log). Claims written from then on are
         routed to its operators. Promoting the configuration already in force is a no-op."""
         if not isinstance(config, Config):
-            raise InvalidInput("config", f"expected a toki.shadow.Config, got {config!r}")
+            raise InvalidInput("config", f"expected a toki.shadow.Config, got {shown(config)}")
         current = in_force(self._snapshot, None)
         if current is not None and current.id == config.id:
             return

@@ -12,6 +12,7 @@ from toki.algebra.base import Operator
 from toki.algebra.lww import LWW
 from toki.algebra.provenance import Decision
 from toki.algebra.rule import Policy
+from toki.canonical import shown
 from toki.db import Db
 from toki.errors import InvalidInput, UnknownProposal, UnknownVersion
 from toki.isolation import Isolation
@@ -83,7 +84,7 @@ class Scratch:
         key = self.snapshot.holds.get(token)
         if key is None:
             raise UnknownProposal(
-                f"token: no held decision has token {token!r} (use Decision.token from write)"
+                f"token: no held decision has token {shown(token)} (use Decision.token from write)"
             )
         return key
 

@@ -23,7 +23,7 @@ from typing import Any
 from toki.algebra import OPERATORS
 from toki.algebra.base import Operator
 from toki.algebra.rule import Policy
-from toki.canonical import canonical_json, digest
+from toki.canonical import canonical_json, check_text, digest, shown
 from toki.db import Db, resolution_json, resolve_in, same_answer
 from toki.errors import InvalidInput, LifecycleError, TokiError
 from toki.isolation import Isolation
@@ -82,6 +82,7 @@ class Config:
     name: str = ""
 
     def __post_init__(self) -> None:
+        check_text(self.name, "config.name")  # issue #36: a lone surrogate broke its id
         for fact_key, op in self.operators:
             _need_operator(op, f"operators.{fact_key}")
             FactKey("config", "config", fact_key)  # the same rules as a key's fact_key
@@ -90,7 +91,9 @@ class Config:
         for tenant, fact_key, policy in self.policies:
             FactKey(tenant, "config", fact_key)
             if not isinstance(policy, Policy):
-                raise InvalidInput(f"policies.{tenant}.{fact_key}", f"{policy!r} is not a Policy")
+                raise InvalidInput(
+                    f"policies.{tenant}.{fact_key}", f"{shown(policy)} is not a Policy"
+                )
         for fact_key, chain in self.scope_chains:
             if not chain:
                 raise InvalidInput(f"scope_chains.{fact_key}", "is empty", "name a scope")
@@ -155,7 +158,7 @@ class Config:
             data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         except OSError as exc:
             raise InvalidInput("--config", f"cannot read {path}: {exc.strerror}") from exc
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # not UTF-8: exit 2
             raise InvalidInput("--config", f"{path} is not valid TOML: {exc}") from exc
         policies = []
         for table in ("policies", "scope_chains"):
