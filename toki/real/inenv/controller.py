@@ -54,7 +54,7 @@ class GateTimeout(RuntimeError):
 class _Slot:
     """One parked call: a thread waiting on `event`, or a coroutine awaiting `future`."""
 
-    __slots__ = ("abandon", "event", "future", "loop", "point", "reply")
+    __slots__ = ("abandon", "event", "fail", "future", "loop", "point", "reply")
 
     def __init__(
         self,
@@ -68,9 +68,12 @@ class _Slot:
         self.future = future
         self.reply: Any = None
         self.abandon = False
+        self.fail: BaseException | None = None
 
-    def wake(self, reply: Any = None, abandon: bool = False) -> None:
-        self.reply, self.abandon = reply, abandon
+    def wake(
+        self, reply: Any = None, abandon: bool = False, fail: BaseException | None = None
+    ) -> None:
+        self.reply, self.abandon, self.fail = reply, abandon, fail
         if self.future is None or self.loop is None:
             self.event.set()
             return
@@ -81,6 +84,8 @@ class _Slot:
                 return
             if abandon:
                 future.set_exception(Abandoned())
+            elif fail is not None:
+                future.set_exception(fail)
             else:
                 future.set_result(reply)
 
@@ -150,6 +155,8 @@ class Controller:
         slot.event.wait()
         if slot.abandon or _GENERATION.get() != self._generation:
             raise Abandoned()
+        if slot.fail is not None:
+            raise slot.fail  # an injected fault: the boundary call fails instead of running
         return slot.reply
 
     async def agate(
@@ -250,9 +257,17 @@ class Controller:
         thread.start()
         return self._wait(agent)
 
-    def release(self, agent: int, reply: Any = None, task: int | None = None) -> dict[str, Any]:
+    def release(
+        self,
+        agent: int,
+        reply: Any = None,
+        task: int | None = None,
+        fail: BaseException | None = None,
+    ) -> dict[str, Any]:
         """Let agent `agent` run the call it (its task `task`, default: its oldest parked
-        task) is parked at; returns at its next gate or end."""
+        task) is parked at; returns at its next gate or end. With `fail`, the call is not
+        made: `fail` is raised at the gate point instead (an injected fault: the store call
+        failed), and the library handles it as it would the real failure."""
         with self._cond:
             parked = self._slots.get(agent) or {}
             if task is None and parked:
@@ -263,8 +278,9 @@ class Controller:
             if not parked:
                 self._slots.pop(agent, None)
             self._quiet.discard(agent)
-        self.executed.append(slot.point)
-        slot.wake(reply)
+        failed = {} if fail is None else {"failed": f"{type(fail).__name__}: {fail}"}
+        self.executed.append({**slot.point, **failed})
+        slot.wake(reply, fail=fail)
         if slot.loop is not None:
             self._watch_from_host(agent, slot.loop)
         return self._wait(agent)
@@ -300,6 +316,22 @@ class Controller:
                     "by unwinding: it is blocked on something a parked agent holds"
                 )
         return True
+
+    def kill(self) -> list[int]:
+        """The process dies: every agent is abandoned where it is parked (none runs again);
+        returns the agents that were still running."""
+        with self._cond:
+            agents = sorted(self._slots)
+        for agent in agents:
+            self.crash(agent)
+        return agents
+
+    def restart(self) -> None:
+        """A fresh process after a death: discard the agents (as `reset`), but the clock and
+        the id streams go on (a restarted service neither rewinds time nor re-draws ids)."""
+        ticks, ids, seed = self.clock_ticks, dict(self.ids), self.seed
+        self.reset(seed)
+        self.clock_ticks, self.ids = ticks, ids
 
     def reset(self, seed: int) -> None:
         """Discard the run: wake every parked or abandoned thread with `Abandoned`, join them,

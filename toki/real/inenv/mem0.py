@@ -306,6 +306,7 @@ class Adapter:
             },
             "history_db_path": os.path.join(self.run_dir, "history.db"),
         }
+        self.cfg = cfg
         self.memory = self.main.Memory.from_config(cfg)
 
     def agent_main(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
@@ -384,6 +385,40 @@ class Adapter:
 
     def on_crash(self, agent: int) -> None:
         pass  # an abandoned mem0 call holds nothing another agent needs
+
+    # -- restart hooks (toki/real/faults.py): files, reopen, probes ------------------------
+
+    def durable_files(self) -> list[str]:
+        """The files mem0 writes itself and reads back when it starts (FAISS: the index and
+        its docstore pickle; the history is SQLite, which journals its own writes)."""
+        if self.run_dir is None:
+            return []
+        base = os.path.join(self.run_dir, "faiss", "toki")
+        return [base + ".faiss", base + ".pkl"]
+
+    def reopen(self) -> None:
+        """A fresh instance from the files the dead process left (nothing of the old one is
+        flushed or closed: the process died)."""
+        self.memory = self.main.Memory.from_config(self.cfg)
+
+    def probe(self, text: str, scope: str) -> list[dict[str, Any]]:
+        """What a search for `text` answers (best first): id, text, score."""
+        if self.major >= 2:
+            got = self.memory.search(text, filters={"user_id": scope}, top_k=3)
+        else:
+            got = self.memory.search(text, user_id=scope, limit=3)
+        rows = got.get("results", []) if isinstance(got, dict) else got
+        return [{"id": r.get("id"), "text": r.get("memory"), "score": r.get("score")} for r in rows]
+
+    def integrity(self) -> dict[str, Any]:
+        """The FAISS store's own counts: vectors in the index, ids mapped, payloads."""
+        vs = self.memory.vector_store
+        index = getattr(vs, "index", None)
+        return {
+            "vectors": None if index is None else int(index.ntotal),
+            "mapped": len(getattr(vs, "index_to_id", {}) or {}),
+            "payloads": len(getattr(vs, "docstore", {}) or {}),
+        }
 
     def close(self) -> None:
         if self.memory is not None:
