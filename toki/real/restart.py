@@ -5,9 +5,12 @@ killed client retried what it had not been acknowledged, and the library was ask
 find each memory it serves (`RealRun.restart`). Those checks, and the one for injected
 failures, are:
 
-* `silent-failure`: a boundary call of a write was failed by an injected error, and the
-  library's API call returned normally (no exception, no error in its result): the
-  application was told nothing went wrong.
+* `silent-failure`: a boundary call (store, LLM) was failed by an injected error, the
+  library's API call returned normally (no exception, no error in its result), and the
+  final state is that of no serial run of the claims so acknowledged (N2's comparison): the
+  application was told nothing went wrong, and something did. A failure the library made
+  good (mem0 2.x falls back from `batch_add_history` to one `add_history` per row) is not
+  one.
 * `lost-write`: a memory readers were served just before the death is not served after
   the reopen (what was acknowledged did not survive).
 * `resurrection`: a memory that had been removed before the death is served again after
@@ -29,7 +32,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toki.check.anomalies import Verdict
-from toki.real.driver import DEATHS, RealRun
+from toki.real.adapter import RealSystem
+from toki.real.checks import n2
+from toki.real.driver import DEATHS, RealRun, SerialCache
+from toki.sim.workload import Workload
 
 __all__ = ["FAULT_ANOMALIES", "check_faults"]
 
@@ -65,7 +71,9 @@ def _is_error(result: Any) -> bool:
     return False
 
 
-def silent_failure(rr: RealRun) -> Verdict:
+def silent_failure(
+    system: RealSystem, workload: Workload, rr: RealRun, serial: SerialCache
+) -> Verdict:
     injected = [t for t in rr.trace if t.get("fault") == "raise"]
     if not injected:
         return Verdict("silent-failure", False, ran=False, details={"abstains": "no injection"})
@@ -83,14 +91,22 @@ def silent_failure(rr: RealRun) -> Verdict:
                 "returned": result,
             }
         )
-    found = bool(swallowed)
+    serial_state = n2(system, workload, rr, serial) if swallowed else None
+    found = False
+    observed = None
+    if serial_state is not None and serial_state.found:
+        found, observed = True, {"swallowed": swallowed, "beliefs": serial_state.observed}
     return Verdict(
         "silent-failure",
         found,
-        (),
-        "a call whose store write failed reports the failure",
-        swallowed if found else None,
-        {"injected": len(injected), "swallowed": swallowed},
+        serial_state.keys if serial_state is not None else (),
+        "a call whose boundary call failed reports it, or the failure leaves no trace",
+        observed,
+        {
+            "injected": len(injected),
+            "swallowed": swallowed,
+            "serial": serial_state.to_json() if serial_state is not None else None,
+        },
     )
 
 
@@ -190,8 +206,14 @@ def _executed_before(trace: Sequence[Mapping[str, Any]], cut: int) -> int:
     return sum(1 for t in trace[:cut] if "agent" in t and "crash" not in t)
 
 
-def check_faults(rr: RealRun, anomalies: Sequence[str] = FAULT_ANOMALIES) -> dict[str, Verdict]:
-    out = {"silent-failure": silent_failure(rr), **restart_checks(rr)}
+def check_faults(
+    system: RealSystem,
+    workload: Workload,
+    rr: RealRun,
+    serial: SerialCache,
+    anomalies: Sequence[str] = FAULT_ANOMALIES,
+) -> dict[str, Verdict]:
+    out = {"silent-failure": silent_failure(system, workload, rr, serial), **restart_checks(rr)}
     unknown = set(anomalies) - set(out)
     if unknown:
         raise ValueError(f"anomaly: unknown fault anomaly {sorted(unknown)}")

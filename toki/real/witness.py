@@ -154,10 +154,10 @@ def replay_real(w: RealWitness, *, gate_timeout: float = 60.0) -> tuple[RealRun,
         with unwrapped():
             run = replay_schedule(program, w.schedule)
         rr = finish_run(system, session, live, run, recovery, judge)
+        serial = SerialCache(system, session, w.workload, judge, w.seed)
         if w.anomaly in FAULT_ANOMALIES:
-            verdict = check_faults(rr, (w.anomaly,))[w.anomaly]
+            verdict = check_faults(system, w.workload, rr, serial, (w.anomaly,))[w.anomaly]
         else:
-            serial = SerialCache(system, session, w.workload, judge, w.seed)
             verdict = check_real(system, w.workload, rr, serial, recovery, (w.anomaly,))[w.anomaly]
     return rr, verdict
 
@@ -288,7 +288,7 @@ def _moral(anomaly: str) -> str:
 
 
 _FAULT_MORALS = {
-    "silent-failure": "the store call of a write failed, and the library's call returned "
+    "silent-failure": "a boundary call (store, LLM) failed, and the library's call returned "
     "normally: the application cannot tell the write did not happen",
     "lost-write": "a memory readers were served before the process died is not served after "
     "the library reopened its own files",
