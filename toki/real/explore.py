@@ -153,7 +153,7 @@ def explore_real(
             if check:
                 verdicts = dict(check_real(system, workload, rr, serial, recovery))
                 if extra:
-                    verdicts.update(check_faults(system, workload, rr, serial))
+                    verdicts.update(check_faults(system, workload, rr))
                 for name, v in verdicts.items():
                     if name == "N1":
                         report.recovery_judge_calls += int(v.details["recovery_judge_calls"])

@@ -7,10 +7,11 @@ failures, are:
 
 * `silent-failure`: a boundary call (store, LLM) was failed by an injected error, the
   library's API call returned normally (no exception, no error in its result), and the
-  final state is that of no serial run of the claims so acknowledged (N2's comparison): the
-  application was told nothing went wrong, and something did. A failure the library made
-  good (mem0 2.x falls back from `batch_add_history` to one `add_history` per row) is not
-  one.
+  claim left no trace in the library's state (`HostAdapter.recorded`): the application was
+  told nothing went wrong, and its write is gone. A failure the library made good (mem0
+  2.x falls back from `batch_add_history` to one `add_history` per row) is not one. Limit:
+  a claim the judge would have rejected anyway also leaves no trace; the witness's story
+  shows which (the failed point, and what the call returned).
 * `lost-write`: a memory readers were served just before the death is not served after
   the reopen (what was acknowledged did not survive).
 * `resurrection`: a memory that had been removed before the death is served again after
@@ -33,8 +34,7 @@ from typing import Any
 
 from toki.check.anomalies import Verdict
 from toki.real.adapter import RealSystem
-from toki.real.checks import n2
-from toki.real.driver import DEATHS, RealRun, SerialCache
+from toki.real.driver import DEATHS, RealRun
 from toki.sim.workload import Workload
 
 __all__ = ["FAULT_ANOMALIES", "check_faults"]
@@ -71,9 +71,7 @@ def _is_error(result: Any) -> bool:
     return False
 
 
-def silent_failure(
-    system: RealSystem, workload: Workload, rr: RealRun, serial: SerialCache
-) -> Verdict:
+def silent_failure(system: RealSystem, workload: Workload, rr: RealRun) -> Verdict:
     injected = [t for t in rr.trace if t.get("fault") == "raise"]
     if not injected:
         return Verdict("silent-failure", False, ran=False, details={"abstains": "no injection"})
@@ -91,22 +89,20 @@ def silent_failure(
                 "returned": result,
             }
         )
-    serial_state = n2(system, workload, rr, serial) if swallowed else None
-    found = False
-    observed = None
-    if serial_state is not None and serial_state.found:
-        found, observed = True, {"swallowed": swallowed, "beliefs": serial_state.observed}
+    lost = [
+        t
+        for t in swallowed
+        if not system.host.recorded(rr.observation, workload.inboxes[int(t["agent"])][t["claim"]])
+    ]
+    found = bool(lost)
+    keys = tuple(sorted({str(workload.inboxes[int(t["agent"])][t["claim"]].key) for t in lost}))
     return Verdict(
         "silent-failure",
         found,
-        serial_state.keys if serial_state is not None else (),
-        "a call whose boundary call failed reports it, or the failure leaves no trace",
-        observed,
-        {
-            "injected": len(injected),
-            "swallowed": swallowed,
-            "serial": serial_state.to_json() if serial_state is not None else None,
-        },
+        keys,
+        "a call whose boundary call failed reports it, or its claim is still recorded",
+        lost or None,
+        {"injected": len(injected), "swallowed": swallowed},
     )
 
 
@@ -210,10 +206,9 @@ def check_faults(
     system: RealSystem,
     workload: Workload,
     rr: RealRun,
-    serial: SerialCache,
     anomalies: Sequence[str] = FAULT_ANOMALIES,
 ) -> dict[str, Verdict]:
-    out = {"silent-failure": silent_failure(system, workload, rr, serial), **restart_checks(rr)}
+    out = {"silent-failure": silent_failure(system, workload, rr), **restart_checks(rr)}
     unknown = set(anomalies) - set(out)
     if unknown:
         raise ValueError(f"anomaly: unknown fault anomaly {sorted(unknown)}")

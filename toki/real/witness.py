@@ -156,7 +156,7 @@ def replay_real(w: RealWitness, *, gate_timeout: float = 60.0) -> tuple[RealRun,
         rr = finish_run(system, session, live, run, recovery, judge)
         serial = SerialCache(system, session, w.workload, judge, w.seed)
         if w.anomaly in FAULT_ANOMALIES:
-            verdict = check_faults(system, w.workload, rr, serial, (w.anomaly,))[w.anomaly]
+            verdict = check_faults(system, w.workload, rr, (w.anomaly,))[w.anomaly]
         else:
             verdict = check_real(system, w.workload, rr, serial, recovery, (w.anomaly,))[w.anomaly]
     return rr, verdict
