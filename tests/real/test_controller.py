@@ -249,3 +249,44 @@ def test_kill_abandons_every_agent_and_restart_keeps_clock_and_ids() -> None:
     assert ran == []  # nothing ran past the death
     assert (ctl.seed, ctl.clock_ticks, ctl.ids) == (7, 5, {"agent-0": 3})
     assert not any(t.is_alive() for t in threading.enumerate() if t.name.startswith("toki-agent"))
+
+
+def test_threads_of_an_async_agent_are_units_of_their_own() -> None:
+    """`asyncio.to_thread` and `run_in_executor` run in threads numbered with the tasks; a
+    gate point in such a thread parks it like a task, and releasing it runs only it: the
+    same choices give the same run."""
+    runs = []
+    for _ in range(5):
+        ctl = Controller(timeout=10)
+        ctl.reset(0)
+        log: list[str] = []
+
+        def blocking(name: str, ctl: Controller = ctl, log: list[str] = log) -> str:
+            for i in range(2):
+                ctl.gate("test", f"{name}.io{i}", None, [], [("shared", name)])
+                log.append(f"{name}{i}")
+            return name
+
+        async def body() -> list[str]:
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+            got = await asyncio.gather(
+                asyncio.to_thread(blocking, "t"), loop.run_in_executor(None, blocking, "e")
+            )
+            return list(got)
+
+        state = ctl.start(0, body, is_async=True)
+        # the executor's thread is unit 1; gather wraps to_thread in task 2, whose thread
+        # runs in that task's context: it is unit 2 (the task waits for it)
+        parked = sorted((p["task"], p["name"]) for p in state["parked"])
+        assert parked == [(1, "e.io0"), (2, "t.io0")]
+        state = ctl.release(0, task=2)
+        assert log == ["t0"]  # only the released thread ran
+        for task in (1, 1, 2):
+            state = ctl.release(0, task=task)
+        assert state == {"state": "done", "outcome": ["t", "e"]}
+        assert log == ["t0", "e0", "e1", "t1"]
+        runs.append(tuple((p["task"], p["name"]) for p in ctl.executed))
+        ctl.reset(1)
+    assert len(set(runs)) == 1
