@@ -26,7 +26,7 @@ from toki.isolation import Isolation
 from toki.real.adapter import Picker, RealSystem
 from toki.real.errors import RealError, WorkerError
 from toki.real.faults import FaultPlan, error_for
-from toki.real.gate import GatePoint, as_local, is_release, lock_steps
+from toki.real.gate import GatePoint, as_local, is_release, lock_steps, resources
 from toki.real.session import Session
 from toki.real.systems import worker_python
 from toki.sim.engine import Choice, Execution
@@ -38,6 +38,7 @@ from toki.sim.program import (
     Crash,
     Fault,
     Footprint,
+    Local,
     Program,
     Step,
     World,
@@ -144,6 +145,15 @@ class LiveTrace:
         self.armed: dict[int, int] = {}  # agent -> injected failures waiting for its next call
         self.dead = False  # the worker process died in this world (restart or torn fault)
         self.at: dict[int, int | None] = {}  # agent -> the claim of the point it is parked at
+        self.rotation: dict[int, int] = {}  # agent -> task choices fired since its last step
+        self.switched: dict[int, int] = {}  # agent -> task choices fired in this world
+
+
+def _units(resp: Mapping[str, Any]) -> list[GatePoint]:
+    """The agent's parked units (tasks, threads), by unit number: the oldest first."""
+    if resp.get("state") != "parked":
+        return []
+    return [GatePoint.from_json(p) for p in resp.get("parked") or [resp["point"]]]
 
 
 def _siblings_touch_shared(resp: Mapping[str, Any]) -> bool:
@@ -180,6 +190,11 @@ def real_program(
             f"system {system.name!r}: its adapter cannot reopen the library from its files "
             "(no restart hook), so restart and torn faults do not apply"
         )
+    if plan.tasks and not session.info.get("is_async"):
+        raise WorkerError(
+            f"system {system.name!r}: its adapter is not asynchronous (one unit per agent), "
+            "so tasks:<n> does not apply"
+        )
 
     def agent(i: int, inbox: Sequence[SimClaim]) -> Agent:
         resp = session.call("start", agent=i, inbox=[c.to_json() for c in inbox])
@@ -187,8 +202,13 @@ def real_program(
         in_lock = False  # inside the model's lock transaction
         while resp["state"] == "parked" or pending is not None:
             point = GatePoint.from_json(resp["point"]) if resp["state"] == "parked" else None
+            units = _units(resp) if pending is None else []
             if point is not None and pending is None and _siblings_touch_shared(resp):
-                live.notes["sibling_order_fixed"] = live.notes.get("sibling_order_fixed", 0) + 1
+                # the explorer cannot reorder them (no task choices, or none left): noted
+                spent = live.switched.get(i, 0) >= plan.tasks
+                note = "sibling_order_fixed" if not plan.tasks else "task_choices_spent"
+                if spent:
+                    live.notes[note] = live.notes.get(note, 0) + 1
             if point is not None:
                 live.at[i] = point.claim
             try:
@@ -198,7 +218,13 @@ def real_program(
                     in_lock = False
                     continue
                 assert point is not None
-                if point.kind != "lock":
+                if plan.tasks and len(units) > 1 and all(u.kind != "lock" for u in units):
+                    # any parked unit may be the one released: the step covers them all
+                    reads = frozenset().union(*(resources(u.reads) for u in units))
+                    writes = frozenset().union(*(resources(u.writes) for u in units))
+                    yield Local(point.name, point, reads, writes)
+                    point = units[live.rotation.pop(i, 0) % len(units)]
+                elif point.kind != "lock":
                     yield as_local(point)
                 elif is_release(point):
                     # the release publishes what was written under the lock: the step that
@@ -224,6 +250,7 @@ def real_program(
                     }
                 )
                 raise
+            live.rotation.pop(i, None)
             if live.dead:  # the process died while this agent was parked: it never resumes
                 if in_lock:
                     yield Abort()
@@ -257,6 +284,13 @@ def real_program(
 
         return Fault(f"raise:{i}", apply, plan.raises, frozenset((i,)))
 
+    def switch(i: int) -> Fault:
+        def apply() -> None:
+            live.rotation[i] = live.rotation.get(i, 0) + 1
+            live.switched[i] = live.switched.get(i, 0) + 1
+
+        return Fault(f"task:{i}", apply, plan.tasks, frozenset((i,)))
+
     def die() -> None:
         out = session.call("kill", tear=bool(plan.torn))
         live.dead = True
@@ -275,10 +309,14 @@ def real_program(
         live.armed = {}
         live.dead = False
         live.at = {}
+        live.rotation = {}
+        live.switched = {}
         agents = tuple(agent(i, inbox) for i, inbox in enumerate(workload.inboxes))
         choices: list[Fault] = []
         if plan.raises:
             choices += [arm(i) for i in range(len(agents))]
+        if plan.tasks:
+            choices += [switch(i) for i in range(len(agents))]
         if plan.dies:
             choices.append(Fault("torn" if plan.torn else "restart", die, 1, None))
         return World(SimStore(Isolation.READ_COMMITTED), agents, tuple(choices))

@@ -110,7 +110,9 @@ def explore_real(
     `session`: a worker already open for the system (else one is started)."""
     plan = faults if faults is not None else FaultPlan(crash=crash_budget)
     crash_budget = plan.crash
-    extra = FaultPlan(raises=plan.raises, error=plan.error, restart=plan.restart, torn=plan.torn)
+    extra = FaultPlan(
+        raises=plan.raises, error=plan.error, restart=plan.restart, torn=plan.torn, tasks=plan.tasks
+    )
     report = RealReport(
         system.name,
         system.version,
@@ -196,6 +198,8 @@ def explore_real(
         report.serial_runs = serial.runs
     # an async agent's sibling tasks released in a fixed order: the agent-level schedule
     # space was enumerated, the (agent, task) orders inside an agent were not
+    # (with tasks:<n> the space is the schedules with at most n task choices per agent:
+    # `task_choices_spent` counts the moments orders beyond that bound may have existed)
     report.exhausted = stats.exhausted and not stats.notes.get("sibling_order_fixed")
     report.notes = dict(stats.notes)
     report.seconds = time.perf_counter() - t0

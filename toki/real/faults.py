@@ -16,6 +16,13 @@
 * `torn:1`: as restart (choice "torn"), but the process dies *during* the last write of one
   of the library's durable files: that file keeps only the first half of what the write
   wrote.
+* `tasks:<n>`: not a fault but a choice of the same kind, for asynchronous libraries: an
+  agent whose call has several units parked at once (asyncio tasks, executor threads) runs
+  its oldest by default; choice "task:<i>" makes agent i's next step release the next
+  parked unit instead (fired k times before the step: the k-th next, cyclically), at most
+  n times per agent and run. The step's footprint is the union of its parked units' (any
+  of them may be the one released), so DPOR explores every order of the units of one
+  agent that needs at most n such choices, with the interleavings between agents.
 
 A raise choice is one `toki.sim` fault per agent (`affects` = that agent: DPOR orders it
 against every step of the agent, so it explores the fault before each of them). A death is
@@ -36,8 +43,8 @@ __all__ = ["ERROR_KINDS", "FaultPlan", "error_for", "parse_faults"]
 
 ERROR_KINDS = ("timeout", "locked", "unique", "reset")
 _HELP = (
-    "use crash:<n>, raise:<n>[:timeout|locked|unique|reset|auto], restart:1 or torn:1, "
-    "comma-separated (docs/real.md, Faults)"
+    "use crash:<n>, raise:<n>[:timeout|locked|unique|reset|auto], restart:1, torn:1 or "
+    "tasks:<n>, comma-separated (docs/real.md, Faults)"
 )
 
 
@@ -51,13 +58,14 @@ class FaultPlan:
     error: str = "auto"
     restart: int = 0
     torn: int = 0
+    tasks: int = 0
 
     @property
     def dies(self) -> bool:
         return bool(self.restart or self.torn)
 
     def __bool__(self) -> bool:
-        return bool(self.crash or self.raises or self.dies)
+        return bool(self.crash or self.raises or self.dies or self.tasks)
 
     def spec(self) -> str:
         """The `--faults` text that parses back to this plan ("" for none)."""
@@ -71,6 +79,8 @@ class FaultPlan:
             parts.append(f"restart:{self.restart}")
         if self.torn:
             parts.append(f"torn:{self.torn}")
+        if self.tasks:
+            parts.append(f"tasks:{self.tasks}")
         return ",".join(parts)
 
 
@@ -83,7 +93,7 @@ def parse_faults(text: str | None) -> FaultPlan:
             continue
         kind, _, rest = part.partition(":")
         count, _, extra = (rest or "1").partition(":")
-        if kind not in ("crash", "raise", "restart", "torn") or not count.isdigit():
+        if kind not in ("crash", "raise", "restart", "torn", "tasks") or not count.isdigit():
             raise InvalidInput("--faults", f"{part!r} is not a fault of real runs", _HELP)
         if extra and kind != "raise":
             raise InvalidInput("--faults", f"{part!r}: only raise takes an error kind", _HELP)

@@ -28,10 +28,10 @@ Threads of an asynchronous agent are units too: the agent's loop has a default e
 its own (`_UnitExecutor`), so `asyncio.to_thread` and `loop.run_in_executor(None, ...)` run
 their function in a thread that carries the agent in its context: a `run_in_executor`
 thread takes the next unit number (tasks and threads share one counter); a `to_thread`
-thread runs in the context of the task that awaits it, so it is that task's unit. A gate point in such a thread parks it like a
-task. The agent counts as parked only when no thread of it is running (`_busy`): a released
-thread runs until it parks again or its function returns (and the loop has taken the
-result), so one unit still runs at a time.
+thread runs in the context of the task that awaits it, so it is that task's unit. A gate
+point in such a thread parks it like a task. The agent counts as parked only when no
+thread of it is running (`_busy`): a released thread runs until it parks again or its
+function returns (and the loop has taken the result), so one unit still runs at a time.
 """
 
 from __future__ import annotations

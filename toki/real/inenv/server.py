@@ -76,6 +76,7 @@ class Worker:
                 "python": sys.version.split()[0],
                 **self.adapter.describe(),
                 "restartable": hasattr(self.adapter, "reopen"),
+                "is_async": bool(getattr(self.adapter, "is_async", False)),
             }
         if op == "open":
             ctl.reset(int(req.get("seed", 0)))
