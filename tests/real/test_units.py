@@ -17,7 +17,14 @@ import pytest
 
 from toki.real.adapter import Beliefs, Picker, RealSystem
 from toki.real.cli import make_real_workload
-from toki.real.driver import finish_run, open_session, real_program, real_runs, unwrapped
+from toki.real.driver import (
+    finish_run,
+    open_session,
+    real_program,
+    real_runs,
+    run_plan,
+    unwrapped,
+)
 from toki.real.explore import explore_real
 from toki.real.faults import parse_faults
 from toki.real.gate import GatePoint
@@ -125,3 +132,55 @@ def test_same_schedule_same_units_same_record(demo: Session) -> None:
         assert units == [("doc.read", 1), ("doc.read", 2), ("doc.write", 1), ("doc.write", 2)]
         assert rr.observation["memories"] == {} and rr.observation["count"] == 1
     assert len(set(records)) == 1
+
+
+# ---------------------------------------------------------------------------- mem0 AsyncMemory
+
+
+@pytest.mark.real
+def test_mem0_async_add_runs_its_to_thread_calls_and_tasks_as_units() -> None:
+    """AsyncMemory.add under the controller: its LLM, vector-store and history calls park in
+    executor threads and its memory actions in tasks, each a unit of the agent; the run is
+    a function of the schedule (same choices, same record)."""
+    from .conftest import require
+
+    require("mem0-1.0.11")
+    from toki.real import get_real_system
+    from toki.sim.workload import scenario
+
+    system = get_real_system("mem0-1.0.11-async")
+    manager = scenario("manager")
+    with open_session(system) as session:
+        assert session.info.get("api") == "AsyncMemory"
+        program, live = real_program(system, session, manager, JUDGE)
+        digests = []
+        for _ in range(2):
+            run = run_plan(program, [(0, None, None), (1, None, None)])
+            rr = finish_run(system, session, live, run, RECOVERY, JUDGE)
+            digests.append(rr.digest)
+        units = {(t["point"], t.get("task", 0)) for t in rr.trace}
+        assert all(task > 0 for _, task in units)  # nothing runs on the agent's main task
+        assert {p for p, _ in units} >= {"llm.extract", "llm.decide", "vector.insert"}
+        insert = next(t for t in rr.trace if t["point"] == "vector.insert")
+        decide = next(t for t in rr.trace if t["point"] == "llm.decide")
+        assert insert["task"] != decide["task"]  # the ADD runs in a task of its own
+        assert digests[0] == digests[1]
+        # serially, the judge lets Carol replace Bob, as in the synchronous mem0 1.0.11
+        assert [m["text"] for m in rr.observation["memories"]] == ["alice:manager is Carol"]
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_mem0_async_with_task_choices_is_explored_to_exhaustion() -> None:
+    from .conftest import require
+
+    require("mem0-1.0.11")
+    from toki.real import get_real_system
+    from toki.sim.workload import scenario
+
+    report = explore_real(
+        get_real_system("mem0-1.0.11-async"), scenario("manager"), DPOR(), JUDGE, RECOVERY,
+        budget=1000, faults=parse_faults("tasks:1"),
+    )  # fmt: skip
+    assert report.exhausted and report.schedules > 1
+    assert "task:0" in report.witnesses["N2"].schedule or report.anomalies["N2"] > 0

@@ -48,6 +48,27 @@ SYSTEMS: dict[str, RealSystem] = {
             "graph memory off (no graph store configured), as in a default configuration",
         ),
     ),
+    "mem0-1.0.11-async": RealSystem(
+        name="mem0-1.0.11-async",
+        title="mem0ai 1.0.11 AsyncMemory: add() as asyncio tasks and to_thread calls",
+        library="mem0ai",
+        version="1.0.11",
+        module="mem0",
+        adapter="mem0_async",
+        host=Mem0Host(1),
+        lock="mem0-1.0.11.txt",
+        venv="mem0-1.0.11",
+        env=_MEM0_ENV,
+        model=None,  # not a matrix row: the same model as mem0-1.0.11, driven asynchronously
+        intercepted=(
+            *_MEM0_GATES[:1],
+            "clock: datetime.now in mem0.memory.main, one stream per agent (no gate point)",
+            *_MEM0_GATES[2:5],
+            "tasks and to_thread threads of AsyncMemory.add: units of the agent (tasks:<n>)",
+        ),
+        simplified=("as mem0-1.0.11; the clock is a stream per agent (read on the event loop)",),
+        exhaustible=False,  # units released oldest first unless tasks:<n>
+    ),
     "mem0-2.2.1": RealSystem(
         name="mem0-2.2.1",
         title="mem0ai 2.2.1 (add-only phased pipeline), FAISS + SQLite history",

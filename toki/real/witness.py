@@ -186,6 +186,8 @@ def _describe(entry: Mapping[str, Any]) -> str:
             f"{entry.get('error')} error (the call is not made)"
         )
     agent, point = entry.get("agent"), str(entry.get("point"))
+    if entry.get("task"):  # a unit of the agent other than its main task (async libraries)
+        agent = f"{agent} (unit {entry['task']})"
     raw = entry.get("detail")
     detail: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     reply = entry.get("reply")
