@@ -86,7 +86,15 @@ def _vector_gates(controller: Controller, cls: Any) -> None:
     """Wrap the FAISS store's methods (class level: the main and any entity collection)."""
 
     def fam(self: Any) -> str:
-        return f"vec:{getattr(self, 'collection_name', '?')}"
+        instance = getattr(self, "_toki_instance", None)  # a process's own copy (deployment)
+        at = "" if instance is None else f"@{instance}"
+        return f"vec:{getattr(self, 'collection_name', '?')}{at}"
+
+    def saves(self: Any) -> list[tuple[str, Any]]:
+        """A write saves the whole index and docstore files: what processes share."""
+        if getattr(self, "_toki_instance", None) is None:
+            return []  # one instance: its files are read only when it starts
+        return [("file", f"faiss:{getattr(self, 'collection_name', '?')}")]
 
     def wrap(name: str, footprint: Any, after: Any = None) -> None:
         original = getattr(cls, name, None)
@@ -96,6 +104,8 @@ def _vector_gates(controller: Controller, cls: Any) -> None:
         @functools.wraps(original)
         def gated(self: Any, *args: Any, **kw: Any) -> Any:
             reads, writes, detail = footprint(self, args, kw)
+            if writes:
+                writes = [*writes, *saves(self)]
             controller.gate("vector", f"vector.{name}", detail, reads, writes)
             out = original(self, *args, **kw)
             if after is not None:
@@ -258,6 +268,8 @@ class Adapter:
         _history_gates(controller, storage.SQLiteManager)
         _inline_pools()
         self.memory: Any = None
+        self.processes = False
+        self.instances: dict[int, Any] = {}
         self.run_dir: str | None = None
         self.users: list[str] = []
 
@@ -308,6 +320,25 @@ class Adapter:
         }
         self.cfg = cfg
         self.memory = self.main.Memory.from_config(cfg)
+        # deployment "processes": each agent its own instance over the same files, as
+        # separate processes of one service would have (toki/real/deploy.py)
+        self.processes = config.get("deployment") == "processes"
+        self.agents = int(config.get("agents", 1))
+        self.instances = {}
+        if self.processes:
+            self._spawn()
+
+    def _spawn(self) -> None:
+        self.instances = {}
+        for k in range(self.agents):
+            memory = self.main.Memory.from_config(self.cfg)
+            memory.vector_store._toki_instance = k
+            self.instances[k] = memory
+
+    def _read_files(self) -> None:
+        """Deployment "processes": a reader is a fresh process: it loads the files."""
+        if self.processes:
+            self.memory = self.main.Memory.from_config(self.cfg)
 
     def agent_main(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
         out = []
@@ -315,7 +346,8 @@ class Adapter:
             self.controller.begin_claim(n)
             CLAIM.set(claim)
             try:
-                result = self.memory.add(message(claim), user_id=subject(str(claim["key"])))
+                memory = self.instances.get(agent, self.memory)
+                result = memory.add(message(claim), user_id=subject(str(claim["key"])))
             except Exception as exc:  # an agent logs a failed add and goes on, as apps do
                 out.append([f"error: {type(exc).__name__}: {exc}"])
                 continue
@@ -342,11 +374,13 @@ class Adapter:
 
     def snapshot(self) -> dict[str, Any]:
         """What a reader is served now: every live memory (the shape of `observe`'s)."""
+        self._read_files()
         memories = [m for u in self.users for m in self._all(u)]
         memories.sort(key=lambda m: (str(m["created_at"]), str(m["id"])))
         return {"memories": memories}
 
     def observe(self) -> dict[str, Any]:
+        self._read_files()
         memories = [m for u in self.users for m in self._all(u)]
         conn = self.memory.db.connection
         rows = conn.execute(
@@ -400,6 +434,8 @@ class Adapter:
         """A fresh instance from the files the dead process left (nothing of the old one is
         flushed or closed: the process died)."""
         self.memory = self.main.Memory.from_config(self.cfg)
+        if self.processes:
+            self._spawn()
 
     def probe(self, text: str, scope: str) -> list[dict[str, Any]]:
         """What a search for `text` answers (best first): id, text, score."""
