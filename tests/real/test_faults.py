@@ -151,6 +151,7 @@ def test_mem0_torn_docstore_then_reopen_answers_bob_with_carol(mem0_1: Session) 
     assert not verdicts["resurrection"].found
     again = _torn_run(mem0_1)
     assert again.digest == rr.digest  # same schedule, byte-identical record
+    assert mem0_1.call("hello")["network"] == []  # the guard refused nothing, restart included
 
 
 @pytest.mark.real

@@ -49,10 +49,11 @@ class RealReport:
     witness_files: dict[str, str] = field(default_factory=dict)
     notes: dict[str, int] = field(default_factory=dict)  # the strategy's counters (DPOR's)
     faults: str = ""  # the --faults spec beyond crashes ("" : none)
+    fault_checks: bool = False  # injected errors or a death: the checks of toki.real.restart
 
     @property
     def _names(self) -> tuple[str, ...]:
-        return ANOMALIES + (FAULT_ANOMALIES if self.faults else ())
+        return ANOMALIES + (FAULT_ANOMALIES if self.fault_checks else ())
 
     @property
     def schedules_per_s(self) -> float:
@@ -124,6 +125,7 @@ def explore_real(
         crash_budget,
         system.model,
         faults=plan.spec() if extra else "",
+        fault_checks=bool(plan.raises or plan.dies),
     )
     states: set[str] = set()
     stats = Stats()
@@ -154,7 +156,7 @@ def explore_real(
                 report.judged_runs += 1
             if check:
                 verdicts = dict(check_real(system, workload, rr, serial, recovery))
-                if extra:
+                if report.fault_checks:
                     verdicts.update(check_faults(system, workload, rr))
                 for name, v in verdicts.items():
                     if name == "N1":
