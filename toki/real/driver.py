@@ -149,6 +149,10 @@ class LiveTrace:
         self.switched: dict[int, int] = {}  # agent -> task choices fired in this world
 
 
+def _acquires(point: GatePoint) -> bool:
+    return point.kind == "lock" and not is_release(point)
+
+
 def _units(resp: Mapping[str, Any]) -> list[GatePoint]:
     """The agent's parked units (tasks, threads), by unit number: the oldest first."""
     if resp.get("state") != "parked":
@@ -200,8 +204,12 @@ def real_program(
         resp = session.call("start", agent=i, inbox=[c.to_json() for c in inbox])
         pending: Step | None = None  # the model's lock release, after the real one
         in_lock = False  # inside the model's lock transaction
-        while resp["state"] == "parked" or pending is not None:
+        while resp["state"] == "parked" or pending is not None or in_lock:
             point = GatePoint.from_json(resp["point"]) if resp["state"] == "parked" else None
+            if in_lock and pending is None and (point is None or _acquires(point)):
+                # the library let go of its lock without the release gate point (an injected
+                # failure unwound its `with` block): so does the model
+                pending = Abort()
             units = _units(resp) if pending is None else []
             if point is not None and pending is None and _siblings_touch_shared(resp):
                 # the explorer cannot reorder them (no task choices, or none left): noted
