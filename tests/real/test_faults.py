@@ -247,3 +247,28 @@ def test_mem0_2_swallows_no_injected_failure_anywhere() -> None:
     )
     assert report.exhausted
     assert report.checked["silent-failure"] > 0 and report.anomalies["silent-failure"] == 0
+
+
+# ---------------------------------------------------------------------------- toki's own store
+
+
+@pytest.mark.real
+def test_toki_sqlite_reports_a_failed_append_and_its_lock_unwinds() -> None:
+    """A failed append inside `BEGIN IMMEDIATE`: Memory raises (the agent's claim ends in an
+    error), SQLite rolls back and the `with` block lets go of the lock without its release
+    gate point; the model's lock is released with it, so agent 1 takes the lock and runs."""
+    require("toki-sqlite")
+    system = get_real_system("toki-sqlite")
+    from toki.real.driver import open_session
+
+    with open_session(system) as session:
+        program, live = real_program(session=session, system=system, workload=MANAGER,
+                                     judge=JUDGE, faults=parse_faults("raise:1:locked"))  # fmt: skip
+        plan = [(0, "store.append", 0), ("raise:0", None, None), (0, None, None), (1, None, None)]
+        rr = finish_run(system, session, live, run_plan(program, plan), RECOVERY, JUDGE)
+    [failed] = [t for t in rr.trace if t.get("fault") == "raise"]
+    assert (failed["point"], failed["error"]) == ("store.append", "locked")
+    assert "database is locked" in str(rr.outcomes[0])
+    assert rr.outcomes[1] == ("INSERT",)  # agent 1 then wrote Carol alone
+    assert [t["point"] for t in rr.trace if t.get("agent") == 1][-1] == "store.unlock"
+    assert not check_faults(system, MANAGER, rr)["silent-failure"].found

@@ -14,7 +14,7 @@ from toki.real.adapter import Picker, RealSystem
 from toki.real.checks import ANOMALIES, check_real
 from toki.real.driver import SerialCache, open_session, real_runs
 from toki.real.faults import FaultPlan
-from toki.real.restart import FAULT_ANOMALIES, check_faults
+from toki.real.restart import FAULT_ANOMALIES, check_faults, injected, n2_acknowledged
 from toki.real.session import Session
 from toki.real.witness import RealWitness, explain_real, judge_to_json
 from toki.sim.explore import Stats, Strategy
@@ -158,6 +158,8 @@ def explore_real(
                 verdicts = dict(check_real(system, workload, rr, serial, recovery))
                 if report.fault_checks:
                     verdicts.update(check_faults(system, workload, rr))
+                    if injected(rr):  # a failure the call reported is no committed claim
+                        verdicts["N2"] = n2_acknowledged(system, workload, rr, serial)
                 for name, v in verdicts.items():
                     if name == "N1":
                         report.recovery_judge_calls += int(v.details["recovery_judge_calls"])

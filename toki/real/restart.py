@@ -34,10 +34,12 @@ from typing import Any
 
 from toki.check.anomalies import Verdict
 from toki.real.adapter import RealSystem
-from toki.real.driver import DEATHS, RealRun
+from toki.real.checks import SERIAL_LIMIT, committed_claims
+from toki.real.driver import DEATHS, RealRun, SerialCache, serial_beliefs, serial_orders
 from toki.sim.workload import Workload
+from toki.systems.base import belief_hash
 
-__all__ = ["FAULT_ANOMALIES", "check_faults"]
+__all__ = ["FAULT_ANOMALIES", "check_faults", "injected", "n2_acknowledged"]
 
 EXACT = 0.999  # a search score this close to 1 matched the query's own vector
 
@@ -103,6 +105,39 @@ def silent_failure(system: RealSystem, workload: Workload, rr: RealRun) -> Verdi
         "a call whose boundary call failed reports it, or its claim is still recorded",
         lost or None,
         {"injected": len(injected), "swallowed": swallowed},
+    )
+
+
+def injected(rr: RealRun) -> bool:
+    """The run contains an injected failure (a raise fault that fired at a call)."""
+    return any(t.get("fault") == "raise" for t in rr.trace)
+
+
+def n2_acknowledged(
+    system: RealSystem, workload: Workload, rr: RealRun, serial: SerialCache
+) -> Verdict:
+    """N2 for a run with injected failures: a claim whose call reported its failure (an
+    error in its result) was not acknowledged, so the serial runs leave it out (N2 proper
+    counts every finished claim as committed, which would report each failure as N2)."""
+    sequences = [
+        [c for c in seq if not _is_error(_claim_result(rr.outcomes, i, inbox.index(c)))]
+        for i, (seq, inbox) in enumerate(
+            zip(committed_claims(system, workload, rr), workload.inboxes, strict=True)
+        )
+    ]
+    orders = serial_orders(sequences, SERIAL_LIMIT)
+    if orders is None:
+        return Verdict("N2", False, ran=False, details={"undecided": "too many serial orders"})
+    live = system.host.beliefs(rr.observation, workload.keys)
+    found = belief_hash(live) not in serial_beliefs(serial, orders)
+    keys = tuple(sorted({str(c.key) for s in sequences for c in s})) if found else ()
+    return Verdict(
+        "N2",
+        found,
+        keys,
+        "the beliefs of a serial run of the real code over the acknowledged claims",
+        live if found else None,
+        {"serial_orders": len(orders), "acknowledged": [len(s) for s in sequences]},
     )
 
 

@@ -22,7 +22,7 @@ from toki.real.driver import (
     unwrapped,
 )
 from toki.real.faults import plan_from_json
-from toki.real.restart import FAULT_ANOMALIES, check_faults
+from toki.real.restart import FAULT_ANOMALIES, check_faults, injected, n2_acknowledged
 from toki.real.systems import get_real_system
 from toki.sim.explore import replay_schedule
 from toki.sim.workload import Workload
@@ -157,6 +157,8 @@ def replay_real(w: RealWitness, *, gate_timeout: float = 60.0) -> tuple[RealRun,
         serial = SerialCache(system, session, w.workload, judge, w.seed)
         if w.anomaly in FAULT_ANOMALIES:
             verdict = check_faults(system, w.workload, rr, (w.anomaly,))[w.anomaly]
+        elif w.anomaly == "N2" and injected(rr):
+            verdict = n2_acknowledged(system, w.workload, rr, serial)
         else:
             verdict = check_real(system, w.workload, rr, serial, recovery, (w.anomaly,))[w.anomaly]
     return rr, verdict
