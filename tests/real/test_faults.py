@@ -26,7 +26,7 @@ from toki.real.gate import GatePoint
 from toki.real.inenv import faults as worker_faults
 from toki.real.restart import check_faults
 from toki.real.session import Session
-from toki.real.witness import RealWitness, replay_real
+from toki.real.witness import RealWitness, explain_real, replay_real
 from toki.sim.dpor import DPOR
 from toki.sim.explore import replay_schedule
 from toki.sim.workload import scenario
@@ -228,6 +228,9 @@ def test_dpor_finds_the_torn_wrong_answer_and_its_witness_replays(tmp_path: Path
     assert witness.faults == "torn:1" and "torn" in witness.schedule
     rr, verdict = replay_real(witness)
     assert verdict.found and rr.restart is not None
+    story = "\n".join(explain_real(witness, rr, verdict))  # what `toki real replay` prints
+    assert "PROCESS DIES during its last write of toki.pkl" in story
+    assert "search 'alice:manager is Bob' -> first 'alice:manager is Carol'" in story
 
 
 @pytest.mark.real

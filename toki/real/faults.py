@@ -32,14 +32,13 @@ death (the restart after it is not explored), hence `restart:1` / `torn:1`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from toki.errors import InvalidInput
 from toki.real.gate import GatePoint
 
-__all__ = ["ERROR_KINDS", "FaultPlan", "error_for", "parse_faults"]
+__all__ = ["ERROR_KINDS", "FaultPlan", "error_for", "parse_faults", "plan_from_json"]
 
 ERROR_KINDS = ("timeout", "locked", "unique", "reset")
 _HELP = (
@@ -113,11 +112,9 @@ def parse_faults(text: str | None) -> FaultPlan:
     return plan
 
 
-def plan_from_json(data: Mapping[str, Any] | str | None, crash_budget: int = 0) -> FaultPlan:
+def plan_from_json(spec: str | None, crash_budget: int = 0) -> FaultPlan:
     """A witness's faults (its spec text; older witnesses only have a crash budget)."""
-    if isinstance(data, str) and data:
-        return parse_faults(data)
-    return FaultPlan(crash=crash_budget)
+    return parse_faults(spec) if spec else FaultPlan(crash=crash_budget)
 
 
 def error_for(point: GatePoint, kind: str) -> str:

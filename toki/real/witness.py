@@ -179,6 +179,8 @@ def _describe(entry: Mapping[str, Any]) -> str:
             f"during its last write of {torn['file']} ({torn['kept']} of {torn['bytes']} "
             "bytes reach disk)"
             if isinstance(torn, Mapping)
+            else "before it wrote any of its files (nothing to tear)"
+            if entry.get("fault") == "torn"
             else "between two gate points (the files stay as last written)"
         )
         return f"the PROCESS DIES {how}; agents {entry.get('killed')} stop where they are"
