@@ -275,3 +275,17 @@ def test_toki_sqlite_reports_a_failed_append_and_its_lock_unwinds() -> None:
     assert rr.outcomes[1] == ("INSERT",)  # agent 1 then wrote Carol alone
     assert [t["point"] for t in rr.trace if t.get("agent") == 1][-1] == "store.unlock"
     assert not check_faults(system, MANAGER, rr)["silent-failure"].found
+
+
+def test_the_cli_refuses_faults_a_run_or_system_cannot_have(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from toki.real.cli import main
+
+    assert main(["run", "toki-sqlite", "--faults", "torn:2", "--budget", "1"]) == 2
+    assert "at most one process death" in capsys.readouterr().err
+    for faults, why in (("torn:1", "cannot reopen the library"), ("tasks:1", "not asynchronous")):
+        code = main(["run", "toki-sqlite", "--workload", "manager", "--faults", faults,
+                     "--budget", "1", "--out", str(tmp_path)])  # fmt: skip
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and why in err[-1], err
