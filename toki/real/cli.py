@@ -61,10 +61,19 @@ def make_real_workload(name: str | None, agents: int, claims: int, keys: int, se
 
 
 def parse_faults(text: str | None) -> int:
-    """The crashes per agent of `--faults` (the whole plan: `toki.real.faults`)."""
+    """`crash:N` (N crashes per agent) -> N. The other kinds need the whole plan
+    (`toki.real.faults.parse_faults`): refused here rather than dropped."""
+    from toki.real.faults import FaultPlan
     from toki.real.faults import parse_faults as plan
 
-    return plan(text).crash
+    parsed = plan(text)
+    if parsed != FaultPlan(crash=parsed.crash):
+        raise InvalidInput(
+            "--faults",
+            f"{text!r} has faults beyond crashes",
+            "pass the plan of toki.real.faults.parse_faults to explore_real(faults=...)",
+        )
+    return parsed.crash
 
 
 def _print(data: Any) -> None:
@@ -235,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--preemptions", type=int, default=2, help="bounded DFS preemptions")
     run.add_argument(
         "--faults",
-        help="crash:<n>, raise:<n>[:kind], restart:1, torn:1 (comma-separated; docs/real.md)",
+        help="crash:<n>, raise:<n>[:kind], restart:1, torn:1, tasks:<n> (comma-separated; "
+        "docs/real.md)",
     )
     run.add_argument("--check", action="store_true", help="check N1/RD/N2/N3 on every schedule")
     run.add_argument("--out", help="folder for witnesses (default: a new one under ./toki-out)")
