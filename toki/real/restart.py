@@ -119,11 +119,9 @@ def n2_acknowledged(
     """N2 for a run with injected failures: a claim whose call reported its failure (an
     error in its result) was not acknowledged, so the serial runs leave it out (N2 proper
     counts every finished claim as committed, which would report each failure as N2)."""
-    sequences = [
-        [c for c in seq if not _is_error(_claim_result(rr.outcomes, i, inbox.index(c)))]
-        for i, (seq, inbox) in enumerate(
-            zip(committed_claims(system, workload, rr), workload.inboxes, strict=True)
-        )
+    sequences = [  # committed claims are a prefix of the inbox: position n is claim n
+        [c for n, c in enumerate(seq) if not _is_error(_claim_result(rr.outcomes, i, n))]
+        for i, seq in enumerate(committed_claims(system, workload, rr))
     ]
     orders = serial_orders(sequences, SERIAL_LIMIT)
     if orders is None:
