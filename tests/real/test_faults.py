@@ -19,12 +19,13 @@ from hypothesis import strategies as st
 
 from toki.errors import InvalidInput
 from toki.real import get_real_system
-from toki.real.driver import RealRun, finish_run, real_program, run_plan, unwrapped
+from toki.real.checks import n2
+from toki.real.driver import RealRun, SerialCache, finish_run, real_program, run_plan, unwrapped
 from toki.real.explore import explore_real
 from toki.real.faults import ERROR_KINDS, FaultPlan, error_for, parse_faults
 from toki.real.gate import GatePoint
 from toki.real.inenv import faults as worker_faults
-from toki.real.restart import check_faults
+from toki.real.restart import check_faults, n2_acknowledged
 from toki.real.session import Session
 from toki.real.witness import RealWitness, explain_real, replay_real
 from toki.sim.dpor import DPOR
@@ -269,6 +270,10 @@ def test_toki_sqlite_reports_a_failed_append_and_its_lock_unwinds() -> None:
                                      judge=JUDGE, faults=parse_faults("raise:1:locked"))  # fmt: skip
         plan = [(0, "store.append", 0), ("raise:0", None, None), (0, None, None), (1, None, None)]
         rr = finish_run(system, session, live, run_plan(program, plan), RECOVERY, JUDGE)
+        serial = SerialCache(system, session, MANAGER, JUDGE, 0)
+        # N2 proper counts Bob (whose call failed) as committed; acknowledged claims do not
+        assert n2(system, MANAGER, rr, serial).found
+        assert not n2_acknowledged(system, MANAGER, rr, serial).found
     [failed] = [t for t in rr.trace if t.get("fault") == "raise"]
     assert (failed["point"], failed["error"]) == ("store.append", "locked")
     assert "database is locked" in str(rr.outcomes[0])
