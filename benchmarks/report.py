@@ -32,6 +32,7 @@ SOURCES = {
     "sim": "python -m benchmarks.bench_sim",
     "check": "python -m benchmarks.bench_check",
     "history": "python -m benchmarks.bench_history",
+    "toki_check": "python -m benchmarks.bench_history --toki-check",
     "proofs": "python -m benchmarks.bench_proofs",
     "matrix": "python -m benchmarks.bench_matrix",
     "real": "python -m benchmarks.bench_real",
@@ -223,6 +224,33 @@ def _rows_history(d: dict[str, Any] | None) -> list[Row]:
     return rows
 
 
+def _rows_toki_check(d: dict[str, Any] | None) -> list[Row]:
+    """`toki check FILE` end to end (issue #37): the largest size, per format."""
+    if d is None:
+        return [Row("toki check", "10^6 Elle list-append txns, load + check", missing("toki_check"),
+                    ">= 100,000 txns/s, <= 1,536 MB, exponent <= 1.1", ANCHOR_ELLE)]
+    s = d["summary"]
+    n = s["largest_size"]
+    rows = []
+    for r in sorted((r for r in d["runs"] if r["txns"] == n), key=lambda r: r["format"]):
+        e = d["exponents"].get(r["format"], {})
+        rows.append(Row("toki check", f"{fmt(n)} Elle txns from {r['format'].upper()} "
+                        f"({fmt(r['mb'], 'MB')}), load + check, {r['path']} path: txns/s wall "
+                        f"(CPU), peak RSS, exponent wall (CPU) (load avg "
+                        f"{r['loadavg_1min'][0]:.1f})",
+                        f"{fmt(r['txns_per_s'])} ({fmt(r['txns_per_cpu_s'])}), "
+                        f"{fmt(r['peak_rss_mb'], 'MB')}, {fmt(e.get('wall'))} "
+                        f"({fmt(e.get('cpu'))})",
+                        ">= 100,000 txns/s, <= 1,536 MB, exponent <= 1.1",
+                        f"{ANCHOR_ELLE}; {d['anchors']['before']}"))
+    for x in d.get("speedup_over_exact", []):
+        if x["txns"] == max(y["txns"] for y in d["speedup_over_exact"]):
+            rows.append(Row("toki check", f"{x['file']}: exact path time / toki check time, "
+                            "same run", f"{fmt(x['speedup_wall'])}x wall, "
+                            f"{fmt(x['speedup_cpu'])}x CPU", "—", "—"))
+    return rows
+
+
 def _rows_proofs(d: dict[str, Any] | None) -> list[Row]:
     if d is None:
         return [Row("proofs", "all z3 proofs at default bounds", missing("proofs"), "<= 60 s",
@@ -347,7 +375,8 @@ def _rows_consumption(d: dict[str, Any] | None) -> list[Row]:
 def rows(results: dict[str, dict[str, Any] | None]) -> list[Row]:
     special = {"core": _rows_core, "algebra": _rows_algebra, "backends": _rows_backends,
                "sim": _rows_sim, "check": _rows_check, "proofs": _rows_proofs,
-               "history": _rows_history, "real": _rows_real, "growth": _rows_growth,
+               "history": _rows_history, "toki_check": _rows_toki_check, "real": _rows_real,
+               "growth": _rows_growth,
                "writers": _rows_writers, "integrity": _rows_integrity,
                "consumption": _rows_consumption}
     out: list[Row] = []
@@ -433,6 +462,25 @@ def growth(results: dict[str, dict[str, Any] | None]) -> list[str]:
                         "benchmarks.bench_history`; exponent = log-log slope of load time):",
                         ["format", "txns", "file", "load", "load CPU", "check",
                          "peak RSS (both)", "exponent", "load avg"], body)
+    tc = results.get("toki_check")
+    if tc:
+        body = []
+        for r in sorted(tc["runs"], key=lambda r: (r["format"], r["txns"])):
+            body.append([r["format"], fmt(r["txns"]), fmt(r["mb"], "MB"), r["path"],
+                         fmt(r["wall_s"], "s"), fmt(r["cpu_s"], "s"), fmt(r["txns_per_s"]),
+                         fmt(r["txns_per_cpu_s"]), fmt(r["peak_rss_mb"], "MB"),
+                         f"{r['loadavg_1min'][0]:.1f}"])
+        for f, e in sorted(tc["exponents"].items()):
+            body.append([f, "exponent", "—", "—", f"{e['wall']:.2f}", f"{e['cpu']:.2f}", "—",
+                         "—", "—", "—"])
+            body.append([f, "last decade", "—", "—", f"{e['wall_last_decade']:.2f}",
+                         f"{e['cpu_last_decade']:.2f}", "—", "—", "—", "—"])
+        lines += _table("**`toki check` end to end vs history size** (`python -m "
+                        "benchmarks.bench_history --toki-check`; load + check in a fresh "
+                        "process per file; exponent = least-squares log-log slope of time over "
+                        "all sizes, last decade = between the two largest):",
+                        ["format", "txns", "file", "path", "wall", "CPU", "txns/s", "txns/CPU s",
+                         "peak RSS", "load avg"], body)
     proofs = results.get("proofs")
     if proofs and proofs.get("growth_with_k"):
         ks = sorted({p["k"] for ps in proofs["growth_with_k"].values() for p in ps})

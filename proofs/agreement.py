@@ -11,6 +11,11 @@ Proved statements → DPOR: the same transactions (concrete claims chosen to con
 transaction committing, or the last one aborting) explored by DPOR to completion (`finished`)
 at the statement's level; no run may show the anomalies the statement excludes.
 
+Two-way, per pinned workload (`toki.formal.twoway`): for 564 concrete workloads (every
+operator at RU, RC, SI and SER; claims drawn with a fixed seed; every end pattern), z3 with
+everything pinned and DPOR run to completion must give the same anomaly sets, and every z3
+model must replay with every field agreeing.
+
 `python -m proofs.agreement --out proofs --docs docs/proofs.md` writes proofs/agreement.json and
 the generated counts block of docs/proofs.md (scripts/reproduce.py runs it).
 """
@@ -31,7 +36,9 @@ from typing import Any
 from toki.formal.encoding import OPERATORS, History, Variant
 from toki.formal.prover import refute
 from toki.formal.result import ProofResult, Status
-from toki.formal.simulate import Claim, Spec, Txn, explore, replay
+from toki.formal.simulate import Claim, Spec, Txn, check, explore
+from toki.formal.twoway import compare
+from toki.formal.twoway import summary as twoway_summary
 from toki.isolation import Isolation
 
 __all__ = ["PROVED", "dpor_checks", "main", "replays", "targeted_counterexamples"]
@@ -91,6 +98,74 @@ def workloads(p: Proved, seeds: Sequence[int] = (0, 1)) -> list[Spec]:
                 txns.append(Txn("P", None, True))
             specs.append(Spec(p.operator, p.level, tuple(txns)))
     return specs
+
+
+# -- two-way agreement on pinned workloads ------------------------------------------------
+
+LEVELS = (
+    Isolation.READ_UNCOMMITTED,
+    Isolation.READ_COMMITTED,
+    Isolation.SNAPSHOT,
+    Isolation.SERIALIZABLE,
+)
+ENDS = ("all commit", "last aborts", "first aborts")
+SEEDS = 11  # 4 operators × 4 levels × 3 ends × 11 seeds = 528 workloads of two claims
+# and three claims (or two and RULE's policy change) where DPOR finishes in seconds
+LARGER = (
+    ("LWW", Isolation.READ_COMMITTED, 3, False),
+    ("AWAIT", Isolation.READ_COMMITTED, 3, False),
+    ("LWW", Isolation.SNAPSHOT, 3, False),
+    ("AWAIT", Isolation.SNAPSHOT, 3, False),
+    ("RULE", Isolation.READ_COMMITTED, 2, True),
+    ("RULE", Isolation.SNAPSHOT, 2, True),
+)
+
+
+def pinned_workload(
+    operator: str, level: Isolation, k: int, policy: bool, ends: str, seed: int
+) -> Spec:
+    """Concrete claims drawn with a fixed seed (values, weights, stamps with ties, sources),
+    the transactions ending as `ends` says."""
+    rnd = random.Random(f"{SEED}-{operator}-{level.value}-{k}-{policy}-{ends}-{seed}")
+    claims = [
+        Claim(
+            rnd.randrange(2),
+            Fraction(rnd.choice((1, 2, 3)), 2),
+            rnd.randrange(3),
+            i,
+            rnd.randrange(2),
+        )
+        for i in range(k)
+    ]
+    n = k + (1 if policy else 0)
+    aborts = {"all commit": -1, "last aborts": n - 1, "first aborts": 0}[ends]
+    txns = [Txn(f"T{i}", c, i != aborts) for i, c in enumerate(claims)]
+    if policy:
+        txns.append(Txn("P", None, aborts != n - 1))
+    return Spec(operator, level, tuple(txns))
+
+
+def pinned_workloads(seeds: int = SEEDS, larger: bool = True) -> list[Spec]:
+    specs = [
+        pinned_workload(op, lvl, 2, False, ends, seed)
+        for op in OPERATORS
+        for lvl in LEVELS
+        for ends in ENDS
+        for seed in range(seeds)
+    ]
+    if larger:
+        specs += [
+            pinned_workload(op, lvl, k, pol, ends, seed)
+            for op, lvl, k, pol in LARGER
+            for ends in ENDS
+            for seed in range(2)
+        ]
+    return specs
+
+
+def two_way(specs: Sequence[Spec]) -> dict[str, Any]:
+    rows = [compare(spec) for spec in specs]
+    return {"rows": rows, "summary": twoway_summary(rows)}
 
 
 def dpor_checks(budget: int = 20_000) -> list[dict[str, Any]]:
@@ -160,44 +235,9 @@ def targeted_counterexamples(variants: Sequence[ProofResult]) -> list[tuple[str,
 
 
 def replays(scenarios: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Each scenario replayed: do reads, writes, ends and anomalies agree?"""
-    out = []
-    for name, sc in scenarios:
-        row: dict[str, Any] = {"name": name, "z3": sc["anomalies"]}
-        try:
-            sim = replay(sc)
-        except AssertionError as exc:
-            row.update(sim=None, agree=False, error=str(exc))
-            out.append(row)
-            continue
-        mismatches = []
-        for step in sc["schedule"]:
-            seen = sim.seen[step["txn"]]
-            if step["op"] == "read":
-                for key, mine in (
-                    ("head", "head_read"),
-                    ("totals", "totals"),
-                    ("policy", "policy"),
-                    ("claims", "claims"),
-                    ("best", "best"),
-                ):
-                    if key in step and step[key] != seen.get(mine):
-                        mismatches.append(
-                            f"{step['txn']} read {key}: z3 {step[key]}, sim {seen.get(mine)}"
-                        )
-            if step["op"] == "write" and not seen["refused"]:
-                for key in ("takes_head", "audit", "held"):
-                    if step[key] != seen[key]:
-                        mismatches.append(
-                            f"{step['txn']} write {key}: z3 {step[key]}, sim {seen[key]}"
-                        )
-        row.update(
-            sim=sim.anomalies,
-            mismatches=mismatches,
-            agree=not mismatches and sim.anomalies == sc["anomalies"],
-        )
-        out.append(row)
-    return out
+    """Each scenario replayed: do reads, writes (head_seen included), ends and anomalies
+    agree?"""
+    return [{"name": name, **check(sc)} for name, sc in scenarios]
 
 
 def run(k: int | None = None) -> dict[str, Any]:
@@ -212,9 +252,11 @@ def run(k: int | None = None) -> dict[str, Any]:
     scenarios += targeted_counterexamples(variants)
     rep = replays(scenarios)
     dp = dpor_checks()
+    tw = two_way(pinned_workloads())
     return {
         "counterexamples": rep,
         "dpor": dp,
+        "two_way": tw,
         "summary": {
             "false_variants_replayed": len(variants),
             "counterexamples_replayed": len(rep),
@@ -230,6 +272,7 @@ def run(k: int | None = None) -> dict[str, Any]:
 
 def render(data: dict[str, Any]) -> str:
     s = data["summary"]
+    t = data["two_way"]["summary"]
     lines = [
         BEGIN,
         "",
@@ -239,6 +282,13 @@ def render(data: dict[str, Any]) -> str:
         "agree: same reads, writes, commits and aborts, same anomalies.",
         f"- simulator → z3: **{s['proved_checks_clean']}/{s['proved_checks']}** DPOR checks of "
         f"proved statements finished and found nothing ({s['dpor_runs']} runs):",
+        "",
+        f"- two-way, per pinned workload: **{t['agreeing']}/{t['workloads']}** workloads "
+        f"({t['disagreements']} disagreements): z3 with every claim and end pinned and DPOR "
+        f"run to completion ({t['dpor_runs']} runs) give the same anomaly sets at RU, RC, SI "
+        f"and SER, and each of z3's {t['z3_models_replayed']} models (one per anomaly set) "
+        "replays in the simulator with every field agreeing (reads, `update`, `head_seen`, "
+        "writes, anomalies).",
         "",
         "| statement | operator | level | k | workloads | runs | finished | found |",
         "|---|---|---|---|---|---|---|---|",
@@ -268,12 +318,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = run()
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
+        rows = data["two_way"].pop("rows")  # one line per workload, beside the summary
+        (args.out / "agreement_workloads.jsonl").write_text(
+            "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+        )
         (args.out / "agreement.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     if args.docs is not None:
         write_docs(args.docs, data)
     print(json.dumps(data["summary"], indent=2))
     s = data["summary"]
     ok = s["counterexamples_agreeing"] == s["counterexamples_replayed"]
+    ok = ok and data["two_way"]["summary"]["disagreements"] == 0
     return 0 if ok and s["proved_checks_clean"] == s["proved_checks"] else 1
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from toki.errors import InvalidInput
 from toki.formal.result import ProofResult
 
 __all__ = ["MODULES", "main", "run_all", "write_results"]
@@ -52,9 +53,14 @@ def run_all(
     """Every statement (or the one named `only`), each followed by its false variants; `k`
     (when given) is the bound of the statements in BOUNDED_BY_K."""
     if only is not None and only not in MODULES:
-        raise SystemExit(f"toki prove: unknown proof {only!r} (one of: {', '.join(MODULES)})")
-    if k is not None and k < 1:
-        raise SystemExit(f"toki prove: --k {k}: need at least one claim transaction")
+        raise InvalidInput("--only", f"unknown proof {only!r}", f"one of: {', '.join(MODULES)}")
+    if k is not None and k < 2:
+        raise InvalidInput(
+            "--k",
+            f"{k} cannot express a bounded statement: each is about concurrent claim "
+            "transactions, and a premise witness needs two of them",
+            "use --k 2 or more",
+        )
     results: list[ProofResult] = []
     for name in MODULES if only is None else (only,):
         mod = importlib.import_module(f"proofs.{name}")
@@ -98,22 +104,70 @@ def _witness(r: ProofResult) -> str:
         return ""
     if "per_operator" in w:
         per = w["per_operator"]
-        return "; ".join(
-            f"{op}: {x.get('overlapping_conflicting_committed_pairs', '?')} pairs"
-            for op, x in per.items()
-            if x
-        )
-    if "overlapping_conflicting_committed_pairs" in w:
-        out = f"{w['overlapping_conflicting_committed_pairs']} overlapping conflicting pairs"
-        if "policy_concurrent_with_claims" in w:
-            out += f", policy change concurrent with {w['policy_concurrent_with_claims']} claims"
-        return out
+        return "; ".join(f"{op}: {_pair(x)}" for op, x in per.items() if x)
+    if "truly_concurrent_conflicting_pairs" in w:
+        return _pair(w)
     if "judge_changes_answer" in w:
         return (
             f"{w['contradicting_questions']} contradicting questions, "
             f"{w['repeated_log_keys']} repeated (key, θ), judge changes {w['judge_changes_answer']}"
         )
     return str(w.get("premises", "none found" if not w.get("exists") else ""))
+
+
+def _pair(w: dict[str, Any]) -> str:
+    """A replayed execution witness in a few words."""
+    if not w.get("exists"):
+        return "none found"
+    both = "both committed" if w["both_committed"] else "one of each pair aborts"
+    return (
+        f"{w['truly_concurrent_conflicting_pairs']} truly concurrent conflicting pairs "
+        f"({both}), replayed: `{w['schedule']}`"
+    )
+
+
+def robustness_lines(results: Sequence[ProofResult]) -> list[str]:
+    """One line per operator: its robustness verdict at RC, SI and SER (every k)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for r in results:
+        for op, levels in r.extra.get("robustness", {}).items():
+            seen.setdefault(op, levels)
+    return [
+        f"robustness {op} (every k): "
+        + ", ".join(f"{lvl} {v['verdict']}" for lvl, v in levels.items())
+        for op, levels in seen.items()
+    ]
+
+
+def robustness_table(results: Sequence[ProofResult]) -> list[str]:
+    """The robustness verdicts the results carry, one row per operator."""
+    seen: dict[str, dict[str, Any]] = {}
+    for r in results:
+        for op, levels in r.extra.get("robustness", {}).items():
+            seen.setdefault(op, levels)
+    if not seen:
+        return []
+    lines = [
+        "## Robustness (every k)",
+        "",
+        "Is every execution at the level serializable, for any number of concurrent claims? "
+        "Static dependency-graph analysis over symbolic transactions in z3 "
+        "(toki/formal/robustness.py); *not robust* carries a cyclic history the simulator "
+        "replays.",
+        "",
+        "| operator | read_committed | snapshot | serializable |",
+        "|---|---|---|---|",
+    ]
+    for op, levels in seen.items():
+        cells = []
+        for lvl in ("read_committed", "snapshot", "serializable"):
+            v = levels[lvl]
+            cell = v["verdict"] + (" (all k)" if v["verdict"] == "robust" else "")
+            if "witness" in v:
+                cell += f", k = {v['witness']['k']}: `{v['witness']['schedule']}`"
+            cells.append(cell)
+        lines.append(f"| {op} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def write_results(results: Sequence[ProofResult], total: float, out: Path) -> None:
@@ -127,8 +181,13 @@ def write_results(results: Sequence[ProofResult], total: float, out: Path) -> No
         "bounds: docs/proofs.md. A row named `stmt@variant` is a deliberately false variant of "
         "`stmt` and must end in a counterexample.",
         "",
-        "The premise witness of a proved statement is a model of its premises with a "
-        "non-trivial history (docs/proofs.md); without one the statement is vacuous and fails.",
+        "SERIALIZABLE is some serial order of the committed transactions (an acyclic "
+        "dependency graph, as PostgreSQL's SSI gives it), not the commit order. The premise "
+        "witness of a bounded statement is an execution: a model of its premises with a truly "
+        "concurrent conflicting pair (each reads before the other ends), replayed in the "
+        "simulator at the statement's level (docs/proofs.md); without one the statement is "
+        "vacuous and fails. Bounded statements hold for at most k claim transactions (the "
+        "bounds column).",
         "",
         "| name | status | expected | ok | seconds | bounds | premise witness |",
         "|---|---|---|---|---|---|---|",
@@ -138,7 +197,9 @@ def write_results(results: Sequence[ProofResult], total: float, out: Path) -> No
             f"| {r.name} | {r.status.value} | {r.expected.value} | {'yes' if r.ok else '**NO**'} "
             f"| {r.seconds:.3f} | {_bounds(r.bounds)} | {_witness(r)} |"
         )
-    md += ["", f"Total: {total:.2f} s for {len(results)} checks.", "", "## Counterexamples", ""]
+    md += ["", f"Total: {total:.2f} s for {len(results)} checks.", ""]
+    md += robustness_table(results)
+    md += ["## Counterexamples", ""]
     for r in results:
         if r.scenario is not None:
             md += [f"### {r.name}", "", r.notes or r.statement, "", "```json"]
@@ -181,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write("\n")
     else:
         print(table(results))
+        for line in robustness_lines(results):
+            print(line)
         print(f"total {total:.2f} s")
     return 0 if all(r.ok for r in results) else 1
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from proofs._isolation import about
+from toki.formal import witness as premise
 from toki.formal.encoding import OPERATORS, History, Variant
 from toki.formal.prover import refute
 from toki.formal.result import ProofResult, Status
@@ -38,8 +40,7 @@ def _check(name: str, variant: Variant, expected: Status, k: int, of: str | None
             },
             describe=h.describe,
             false_variant_of=of,
-            nontrivial=h.nontrivial(),
-            summarize=h.witness_summary,
+            witness=lambda premises, h=h: premise.find(h, premises),
         )
         witnesses[op] = last.premise_witness
         if last.status is not Status.PROVED:
@@ -51,7 +52,12 @@ def _check(name: str, variant: Variant, expected: Status, k: int, of: str | None
             "exists": all(w and w["exists"] for w in witnesses.values()),
             "per_operator": witnesses,
         }
-    return replace(last, seconds=time.perf_counter() - start, premise_witness=witness)
+    return replace(
+        last,
+        seconds=time.perf_counter() - start,
+        premise_witness=witness,
+        extra=about(OPERATORS, k) if expected is Status.PROVED else {},
+    )
 
 
 def prove(k: int = K) -> ProofResult:

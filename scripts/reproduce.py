@@ -27,10 +27,15 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
+# execute, save, and stamp the source hash of the toki code the notebook calls into its
+# metadata (tests/test_notebooks.py fails when that code changed after the outputs were made)
 EXECUTE = (
-    "import sys, nbformat; from nbclient import NotebookClient; "
+    "import sys, nbformat; from pathlib import Path; from nbclient import NotebookClient; "
+    "from toki.experiments.notebooks import stamp; "
     "nb = nbformat.read(sys.argv[1], as_version=4); "
-    "NotebookClient(nb, timeout=1800, resources={'metadata': {'path': 'notebooks'}}).execute()"
+    "NotebookClient(nb, timeout=1800, kernel_name='python3', "
+    "resources={'metadata': {'path': 'notebooks'}}).execute(); "
+    "nbformat.write(nb, sys.argv[1]); print(sys.argv[1], stamp(Path(sys.argv[1])))"
 )
 
 
@@ -82,6 +87,8 @@ def parts(bench: bool) -> list[Part]:
              [toki_cmd("prove", "--out", "proofs")]),
         Part("proof-agreement", "proofs/agreement.json, the counts in docs/proofs.md",
              [[py, "-m", "proofs.agreement", "--out", "proofs", "--docs", "docs/proofs.md"]]),
+        Part("encoding-mutants", "proofs/mutants.json, the score in docs/proofs.md, proofs/macros.tex",
+             [[py, "-m", "tests.mutants.encoding"], [py, "-m", "proofs.macros"]]),
         # --real: the committed matrix carries a real row beside each model row whose
         # library's environment exists (`make real-envs`); missing ones are named, not faked
         Part("matrix", "verdict_matrix/matrix.*, agreement.*",
@@ -98,10 +105,9 @@ def parts(bench: bool) -> list[Part]:
                        "--doc", "docs/postgres.md")],
              skip=(None if toki_has("pg-grid") else "`toki pg-grid` is not available yet")
              or pg_reachable()),
-        # executed, not saved: the notebooks are committed executed by their authors; executing
-        # regenerates notebooks/figures/ (tests/locomo/test_report.py then flags a LoCoMo
-        # notebook whose inline figure no longer matches the file: re-save it).
-        Part("notebooks", "notebooks/figures/ (notebooks executed, not saved)",
+        # executed and saved, with the source hash of the code each calls in its metadata;
+        # executing also regenerates notebooks/figures/
+        Part("notebooks", "notebooks/*.ipynb (executed, saved, stamped), notebooks/figures/",
              [[py, "-c", EXECUTE, nb] for nb in notebooks],
              skip=None if notebooks and _has("nbclient") else "nbclient is not installed"),
         Part("laws", "docs/laws.md", [[py, "-m", "toki.algebra.laws", "--write", "docs/laws.md"]]),
@@ -109,6 +115,8 @@ def parts(bench: bool) -> list[Part]:
              [[py, "-m", "tests.mutants.make_table"]]),
         Part("locomo", "paper/data/locomo_ablations.json", [toki_cmd("locomo", "ablate", "--json")],
              stdout_to="paper/data/locomo_ablations.json"),
+        Part("locomo-doc", "the results tables of docs/locomo.md (from locomo_ablations.json)",
+             [[py, "-m", "toki.locomo.report", "--doc", "docs/locomo.md"]]),
         Part("locomo-provenance", "notebooks/results/locomo_provenance.json",
              [toki_cmd("locomo", "provenance", "--out",
                        "notebooks/results/locomo_provenance.json")]),

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.small_history import K, write_small_history
+from tests.store.legacy import unpinned
 from toki import Memory
 from toki.canonical import digest as sha
 from toki.chain import GENESIS, Digest, link
@@ -99,15 +100,18 @@ def _rewrite(t: Target, seq: int, change: Callable[[dict[str, Any]], None]) -> N
           (payload, sha(payload, 64), _event_id(EventKind(row[2]), payload), seq))
 
 
-def _relink(t: Target) -> None:
-    """Recompute every stored chain link from the (tampered) rows, as toki would."""
-    prev = GENESIS
+def _relink(t: Target, *, seal: bool = True) -> None:
+    """Recompute every stored chain link from the (tampered) rows, as toki would, and (seal)
+    the chain seal in toki_meta too: the thorough attacker."""
+    prev, seq = GENESIS, 0
     for seq, key_seq, kind, payload, payload_hash, event_id, _ in _rows(t):
         event = event_from_record({"seq": seq, "key_seq": key_seq, "kind": kind,
                                    "payload": payload, "payload_hash": payload_hash,
                                    "event_id": event_id})
         prev = link(prev, event)
         t.raw("UPDATE toki_event SET chain = ? WHERE seq = ?", (prev, seq))
+    if seal:
+        t.raw("UPDATE toki_meta SET value = ? WHERE name = 'chain_seal'", (f"{seq}:{prev}",))
 
 
 def _seq_of(t: Target, kind: str) -> int:
@@ -181,7 +185,15 @@ def test_deleting_the_last_event_and_its_summary_row_is_caught_by_a_saved_digest
         target.raw("DELETE FROM toki_current WHERE subject = 'u2'", ())
         target.raw("DELETE FROM toki_adjudicated WHERE subject = 'u2'", ())
         target.raw("DELETE FROM toki_head WHERE subject = 'u2'", ())
+        target.raw("DROP TRIGGER toki_version_append_only ON toki_version", ())
+        target.raw("DELETE FROM toki_version WHERE subject = 'u2'", ())  # a projection too
     target.raw("UPDATE toki_meta SET value = ? WHERE name = 'watermark'", (str(last - 1),))
+    with pytest.raises(IntegrityError, match=f"ends at seq {last - 1}, before seq {last}"):
+        target.open()  # the chain seal still names the deleted head (issue #36)
+    assert main(["verify", target.url]) == 1
+    link_before = next(r[6] for r in _rows(target) if r[0] == last - 1)
+    target.raw("UPDATE toki_meta SET value = ? WHERE name = 'chain_seal'",
+               (f"{last - 1}:{link_before}",))  # the thorough attacker lowers the seal too
     with target.open() as mem:  # consistent: open cannot tell
         report = mem.verify(saved)
         assert not report.ok and f"ends at seq {last - 1}" in str(report.problem)
@@ -276,6 +288,9 @@ def test_digest_text_round_trips() -> None:
 def test_an_unchained_log_is_chained_on_first_open_and_that_is_an_event(target: Target) -> None:
     _fill(target)
     _drop_triggers(target)
+    for seq, _, kind, payload, *_ in _rows(target):  # and payloads as a toki before #36 wrote
+        target.raw("UPDATE toki_event SET payload = ?, payload_hash = ?, event_id = ? "
+                   "WHERE seq = ?", (*unpinned(kind, payload), seq))
     if target.backend == "sqlite":  # exactly the schema-1 layout: no chain column at all
         target.raw("ALTER TABLE toki_event DROP COLUMN chain", ())
         target.raw("UPDATE toki_meta SET value = '1' WHERE name = 'schema_version'", ())
@@ -285,6 +300,7 @@ def test_an_unchained_log_is_chained_on_first_open_and_that_is_an_event(target: 
         target.raw("UPDATE toki_event SET chain = NULL", ())
         target.raw("CREATE TRIGGER toki_event_append_only BEFORE UPDATE OR DELETE ON toki_event "
                    "FOR EACH ROW EXECUTE FUNCTION toki_append_only()", ())
+    target.raw("DELETE FROM toki_meta WHERE name = 'chain_seal'", ())  # no seal before it
     before = target.raw("SELECT count(*) FROM toki_event", ())[0][0]
     with target.open() as mem:
         events = mem.events()

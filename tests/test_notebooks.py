@@ -62,3 +62,37 @@ def test_notebook_runs(path: Path) -> None:
         print(f"{path.name}: skipped: {reason}")
         pytest.skip(reason)
     _run(nb, path.parent)
+
+
+@pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
+def test_notebook_outputs_are_not_older_than_the_code_they_call(path: Path) -> None:
+    """Each committed notebook records the toki modules it imports and their source hash
+    when executed (`python scripts/reproduce.py --only notebooks`); a change to that code
+    without re-executing the notebook leaves outputs that the code no longer produces."""
+    from toki.experiments.notebooks import stale
+
+    reason = stale(path)
+    assert reason is None, reason
+
+
+def test_a_notebook_is_stale_when_the_code_it_calls_changes(tmp_path: Path) -> None:
+    import json
+
+    from toki.experiments.notebooks import called_modules, stale, stamp
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import numpy\nfrom toki.experiments.stats import holm\n%matplotlib inline"
+        )
+    ]
+    path = tmp_path / "n.ipynb"
+    nbformat.write(nb, path)
+    assert "records no source hash" in str(stale(path))
+    stamp(path)
+    assert stale(path) is None
+    assert called_modules(json.loads(path.read_text())) == ["toki.experiments.stats"]
+    data = json.loads(path.read_text())
+    data["metadata"]["toki"]["source_hash"] = "0" * 16  # as if the code changed since
+    path.write_text(json.dumps(data))
+    assert "changed since its outputs were made" in str(stale(path))

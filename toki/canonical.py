@@ -43,6 +43,17 @@ MAX_INT_DIGITS = 4300
 _INT_LIMIT = 10**MAX_INT_DIGITS
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """`repr(value)` cut to `limit` characters for an error message; never raises (an int
+    beyond Python's 4,300-digit str limit is described, not converted: issue #36)."""
+    try:
+        text = repr(value)
+    except ValueError:  # int -> str refused over sys.get_int_max_str_digits()
+        size = int(abs(value).bit_length() * 0.30103) if isinstance(value, int) else 0
+        return f"an integer of about {size} digits" if size else f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def check_text(value: object, field: str) -> str:
     """Refuse text no backend can store: not a str, NUL characters, lone surrogates.
 
@@ -94,7 +105,9 @@ def check_json(value: object, field: str = "value") -> None:
             continue
         if isinstance(item, list | tuple | dict) and depth >= MAX_DEPTH:
             raise InvalidValue(path, f"nested deeper than {MAX_DEPTH} levels", "flatten the value")
-        if isinstance(item, list | tuple):
+        if isinstance(item, tuple):  # stored as a JSON array, read back as a list (issue #36)
+            raise InvalidValue(path, "a tuple is not JSON", "use a list")
+        if isinstance(item, list):
             stack.extend((x, f"{path}[{i}]", depth + 1) for i, x in enumerate(item))
             continue
         if isinstance(item, dict):

@@ -13,18 +13,28 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from toki.errors import IntegrityError, InvalidInput
 from toki.log import Event
 
-__all__ = ["GENESIS", "ChainCheck", "Digest", "VerifyReport", "link", "verify"]
+__all__ = [
+    "GENESIS",
+    "ChainCheck",
+    "Digest",
+    "VerifyReport",
+    "check_consumption",
+    "check_seal",
+    "consumption_link",
+    "link",
+    "verify",
+]
 
 GENESIS = ""
 """The link before the first event."""
 
-_DIGEST = re.compile(r"^(\d+):([0-9a-f]{64})$")
+_DIGEST = re.compile(r"^(?:(\d+):([0-9a-f]{64})|(0):())$")  # "0:" is the empty log's
 
 
 def link(prev: str, event: Event, key: bytes | None = None) -> str:
@@ -54,6 +64,8 @@ class Digest:
                 f"{text!r} is not a toki digest",
                 "use the 'seq:head' text that Memory.digest() or `toki verify` printed",
             )
+        if found.group(1) is None:
+            return cls(0, GENESIS)
         return cls(int(found.group(1)), found.group(2))
 
 
@@ -129,20 +141,109 @@ class VerifyReport:
         return text
 
 
+def consumption_link(prev: str, record_id: str, payload: str) -> str:
+    """The chain link of a consumption record (toki.consumption) after `prev`: the records of
+    named reads form a chain of their own, beside the event log's (docs/integrity.md)."""
+    body = hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    return hashlib.sha256(f"{prev}\n{record_id}\n{body}".encode()).hexdigest()
+
+
+def check_consumption(
+    where: str, records: Iterable[tuple[str, str, str | None]], seal: Digest | None
+) -> str | None:
+    """None if the consumption records (record id, payload, stored link; in append order)
+    chain and reach the seal (position, link) the store keeps; else what is wrong. Records
+    logged before toki chained them (no link) may only come first."""
+    prev, position, linked = GENESIS, 0, False
+    at_seal: str | None = None
+    for record_id, payload, stored in records:
+        position += 1
+        if stored is None:
+            if linked:
+                return (
+                    f"{where}: consumption record {position} ({record_id}) has no chain link "
+                    "although records before it have one (its link was removed outside toki)"
+                )
+        else:
+            expected = consumption_link(prev, record_id, payload)
+            if not hmac.compare_digest(stored, expected):
+                return (
+                    f"{where}: consumption record {position} ({record_id}): its chain link "
+                    "does not match the records before it (a record at or before it was "
+                    "changed, deleted or reordered outside toki)"
+                )
+            prev, linked = stored, True
+        if seal is not None and position == seal.seq:
+            at_seal = stored
+    if seal is not None and seal.seq > 0:
+        if position < seal.seq:
+            return (
+                f"{where}: the consumption log ends at record {position}, before record "
+                f"{seal.seq} that its seal records: records were deleted outside toki"
+            )
+        if at_seal is None or not hmac.compare_digest(at_seal, seal.head):
+            return (
+                f"{where}: the consumption record at position {seal.seq} is not the one its "
+                "seal records (the consumption log was rewritten outside toki)"
+            )
+    return None
+
+
+def check_seal(where: str, events: Sequence[Event], seal: Digest | None) -> None:
+    """Refuse a downgraded chain (issue #36): once a store is chained it keeps a seal, the
+    (seq, link) of its last chained event, in its meta table, written with every append.
+    An event without a link after that, a log that ends before the seal's seq, or a link at
+    that seq other than the sealed one is an IntegrityError. Without a seal (a log written
+    before toki chained) an unlinked event whose payload pins its per-key seq (`_key_seq`,
+    which only chaining toki writes) had its link stripped. `events`: in seq order, with
+    their stored links; the links themselves are checked against the events by ChainCheck."""
+    for event in events:
+        if event.chain is None and (seal is not None or "_key_seq" in event.body):
+            raise IntegrityError(
+                f"{where}: event seq {event.seq} has no chain link although the store "
+                f"{'is sealed at ' + str(seal.seq) if seal else 'chained it when written'} "
+                f"(its link was removed outside toki: a chain-strip downgrade); {_ADVICE}"
+            )
+    if seal is None:
+        return
+    last = events[-1].seq if events else 0
+    at = events[seal.seq - 1] if 0 < seal.seq <= len(events) else None  # seqs dense from 1
+    if at is not None and at.seq == seal.seq and hmac.compare_digest(at.chain or "", seal.head):
+        return
+    walk = ChainCheck(where)  # a gap or a link that does not fit names its seq first
+    for event in events:
+        walk.add(event, event.chain)
+    if last < seal.seq:
+        raise IntegrityError(
+            f"{where}: the log ends at seq {last}, before seq {seal.seq} that the store's "
+            f"chain seal records: events were deleted; {_ADVICE}"
+        )
+    raise IntegrityError(
+        f"{where}: the chain link at seq {seal.seq} is not the one the store's chain seal "
+        f"records (the log was rewritten or renumbered below its sealed head); {_ADVICE}"
+    )
+
+
 def verify(
     where: str,
     events: Iterable[tuple[Event, str | None]],
     *,
     digest: Digest | None = None,
     key: bytes | None = None,
+    seal: Digest | None = None,
+    sealed_store: bool = False,
 ) -> VerifyReport:
     """Walk (event, stored link) pairs in seq order and check seqs, stored links and, given
-    a digest saved earlier (keyed if `key`), that the log up to its seq is unchanged."""
+    a digest saved earlier (keyed if `key`), that the log up to its seq is unchanged.
+    sealed_store: the store keeps links and a seal, so `check_seal` applies (no downgrade)."""
     check = ChainCheck(where, key)
     n = 0
-    at_digest: Digest | None = None
+    at_digest: Digest | None = check.digest() if digest is not None and digest.seq == 0 else None
     try:
-        for event, stored in events:
+        pairs = list(events)
+        if sealed_store:
+            check_seal(where, [e for e, _ in pairs], seal)
+        for event, stored in pairs:
             check.add(event, stored)
             n += 1
             if digest is not None and event.seq == digest.seq:

@@ -388,19 +388,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
     }
     if fmt == "toki":
         return _check_toki(args, models, extra, options)
-    from toki.check.adya import verdict, workload
-    from toki.check.elle import load
+    from toki.check.elle import check_file
 
-    history = load(args.file, fmt)
-    found = workload(history)
-    if args.workload != "auto" and found not in (args.workload, "empty"):
+    checked = check_file(args.file, fmt, models=models, anomalies=extra, **options)
+    v = checked.verdict
+    if args.workload != "auto" and v.workload not in (args.workload, "empty"):
         raise InvalidInput(
-            "--workload", f"the history is {found}, not {args.workload}", "drop --workload"
+            "--workload", f"the history is {v.workload}, not {args.workload}", "drop --workload"
         )
-    v = verdict(history, models=models, anomalies=extra, **options)
     if args.json:
         _print_json(
-            {"file": args.file, "format": fmt, "transactions": len(history.txns), **v.to_json()}
+            {"file": args.file, "format": fmt, "transactions": checked.transactions, **v.to_json()}
         )
     else:
         graphs = " + ".join(
@@ -414,7 +412,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             ]
         )
         print(
-            f"{args.file}: {fmt}, {v.workload}, {len(history.txns):,} transactions; "
+            f"{args.file}: {fmt}, {v.workload}, {checked.transactions:,} transactions; "
             f"checked for {', '.join(v.models)} ({graphs})"
         )
         print(v.render(args.limit))
@@ -518,8 +516,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     tampered log) and compare it with a digest saved earlier; exit 1 names the first change."""
     from pathlib import Path
 
-    from toki.chain import Digest, verify
-    from toki.store.base import ALL_SEQS, open_store
+    from toki.chain import Digest
+    from toki.store.audit import verify_url
 
     digest = None if args.digest is None else Digest.parse(args.digest)
     key = None
@@ -532,13 +530,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             ) from None
         if not key:
             raise InvalidInput("--key-file", f"{args.key_file} is empty", "put the key in it")
-    store = open_store(args.url)
-    try:
-        report = verify(
-            store.url, ((e, e.chain) for e in store.load(ALL_SEQS)), digest=digest, key=key
-        )
-    finally:
-        store.close()
+    report = verify_url(args.url, digest, key=key)
     if args.json:
         _print_json(
             {
@@ -765,9 +757,10 @@ def _cmd_shadow(args: argparse.Namespace) -> int:
     not be re-run (the rollout gate), 0 otherwise. The store is read, never written."""
     from toki.memory import Memory
     from toki.shadow import Config
+    from toki.store.audit import open_existing
 
     config = Config.from_toml(args.config)
-    with Memory.open(args.url) as mem:
+    with Memory(open_existing(args.url)) as mem:  # never creates a store (issue #36)
         report = mem.shadow(config, valid_at=args.valid_at)
     if args.json:
         _print_json(report.to_json())

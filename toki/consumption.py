@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from toki.canonical import canonical_json, check_text, digest
+from toki.canonical import canonical_json, check_text, digest, shown
 from toki.chain import ChainCheck
 from toki.errors import IntegrityError, InvalidInput, InvalidTime, LifecycleError
 from toki.lifecycle import LifecycleOps
@@ -34,7 +34,7 @@ def need_consumer(consumer: object, field: str = "consumer") -> str:
     """A consumer names an answer, a prompt, a run: a non-empty string."""
     if not isinstance(consumer, str) or not consumer.strip():
         raise InvalidInput(
-            field, f"must be a non-empty string, got {consumer!r}", "name the answer"
+            field, f"must be a non-empty string, got {shown(consumer)}", "name the answer"
         )
     check_text(consumer, field)
     return consumer
@@ -395,6 +395,6 @@ class ConsumptionOps(Queries, LifecycleOps):
 
 def _need_source(source_id: object) -> str:
     if not isinstance(source_id, str) or not source_id.strip():
-        raise InvalidInput("source_id", f"must be a non-empty string, got {source_id!r}")
+        raise InvalidInput("source_id", f"must be a non-empty string, got {shown(source_id)}")
     check_text(source_id, "source_id")
     return source_id

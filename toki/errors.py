@@ -151,3 +151,15 @@ class StoreBusy(StoreError):
 class ConstraintViolation(StoreError):
     """A database constraint refused a write (e.g. overlapping adjudicated rows of one key);
     the message names the key and the interval. Nothing of the write was kept."""
+
+
+class OutcomeUnknown(StoreError):
+    """The connection was lost inside a write and its outcome could not be looked up: retry
+    with the same `op_id` (`Memory.write(..., op_id=...)`), which never stores twice."""
+
+    def __init__(self, op_id: str, message: str) -> None:
+        self.op_id = op_id
+        super().__init__(
+            f"{message}; the write's outcome is unknown: retry it with op_id={op_id!r}, "
+            "which stores it once whether or not it had committed"
+        )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from toki.algebra.base import Operator
 from toki.algebra.provenance import Action, Decision, Provenance
 from toki.algebra.rule import Policy
-from toki.canonical import canonical_json, check_json, check_text
+from toki.canonical import canonical_json, check_json, check_text, shown
 from toki.errors import (
     InvalidInput,
     InvalidInterval,
@@ -312,7 +312,7 @@ class LifecycleOps(WritePath):
             key = self._snapshot.holds.get(token)
         if key is None:
             raise UnknownProposal(
-                f"token: no held decision has token {token!r} (use Decision.token from write)"
+                f"token: no held decision has token {shown(token)} (use Decision.token from write)"
             )
         return key
 
@@ -320,7 +320,7 @@ class LifecycleOps(WritePath):
         state = p.state(key)
         if state is None:
             raise UnknownProposal(
-                f"token: no held decision has token {token!r} (use Decision.token from write)"
+                f"token: no held decision has token {shown(token)} (use Decision.token from write)"
             )
         for _, body in state.decisions:
             if body.get("token") == token and body.get("action") == "HOLD":

@@ -2,8 +2,10 @@
 
 Each event has a global sequence number, a per-key sequence number, the system time it was
 recorded at, the version ids it concerns, a canonical JSON payload and its hash. The event
-id is a hash of (kind, payload) and does not depend on the sequence number, so the same event
-delivered twice is recognised and ignored.
+id is a hash of (kind, payload); the payload holds the key, the recording time and the event's
+per-key position (`_key_seq`), never the global seq. So the same event delivered twice has
+one id and is ignored, while two intentional operations can never share an id, however alike
+(promote(C), rollback(), promote(C) at one instant are three positions on the config key).
 """
 
 from __future__ import annotations
@@ -91,9 +93,11 @@ def make_event(
     body: Mapping[str, Any],
     version: FactVersion | None = None,
 ) -> Event:
-    """Build an event; the payload includes key and recorded_at so the id pins them too."""
+    """Build an event; the payload includes key, recorded_at and the per-key position, so
+    the id pins them too and two events of one store never share an id (issue #36)."""
     full = dict(body)
     full["_key"] = key.to_json()
+    full["_key_seq"] = key_seq
     full["_recorded_at"] = format_instant(recorded_at)
     full["_version_ids"] = list(version_ids)
     payload = canonical_json(full)
@@ -165,6 +169,12 @@ def event_from_record(
     )
     if verify:
         event.verify()
+        pinned = body.get("_key_seq")  # absent in events logged before toki pinned it
+        if pinned is not None and pinned != event.key_seq:
+            raise IntegrityError(
+                f"event seq {event.seq}: stored per-key seq {event.key_seq} differs from "
+                f"the {pinned} its payload pins"
+            )
     if deep and version is not None and version.computed_id() != version.id:
         raise IntegrityError(f"event seq {event.seq}: version id does not match its payload")
     return event

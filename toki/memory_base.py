@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,10 +37,11 @@ from toki.model import (
     need_source_hash,
 )
 from toki.model import source_hash_of as _source_hash_of
+from toki.ops import op_done, operation_for
 from toki.partition import Partition
 from toki.projection import ReconcileReport, reconcile
 from toki.replay import KeyState, KeySummary, Snapshot, gc_paused, replay
-from toki.store.base import EventStore, Steps, drive, transact_steps
+from toki.store.base import EventStore, Operation, Steps, drive, transact_steps
 from toki.store.memory import InMemoryStore
 from toki.time import BoundSource, Interval, TimeLike, format_instant, parse_instant
 
@@ -248,6 +250,7 @@ class MemoryBase:
         keys: Iterable[FactKey],
         build: Callable[[Partition], list[Event]],
         level: Isolation = Isolation.READ_COMMITTED,
+        op: Operation | None = None,
     ) -> Steps[list[Event]]:
         """The one commit point: the store's transaction shell reads the partition of `keys`,
         `build` decides from it alone, the shell appends and commits; only then are the
@@ -267,22 +270,27 @@ class MemoryBase:
             return events, (part.fold(events) if events else {})
 
         wanted = frozenset(keys)
+        op = op if op is not None else operation_for(self._store)  # issue #36 (toki.ops)
         with self._writer:
             if self._concurrent:
-                retries = yield from transact_steps(self._store, wanted, level, plan)
+                retries = yield from transact_steps(self._store, wanted, level, plan, op)
                 self._retries += retries
-                if made:
+                if made and not (op and op.replayed):
                     self._writes += 1
-                    self._catch_up()
-                return made
+                    with suppress(StoreError):  # committed: catching up may wait (toki.ops)
+                        self._catch_up()
+                return [] if op and op.replayed else made
             # one writer (memory, SQLite): under its lock the caught-up live state is the
             # partition as read inside the transaction; clone it rather than re-read it
             with self._store.write_lock():
                 self._catch_up()
+                if op_done(self._store, op):  # a retried operation id: stored once (toki.ops)
+                    return []
                 part = Partition.of_snapshot(wanted, self._snapshot, self._log.last_seq)
                 events = build(part)
                 if events:
-                    self._store.append(events, part.fold(events), events[-1].seq)
+                    extra: dict[str, Any] = {} if op is None else {"op": op}  # toki.ops
+                    self._store.append(events, part.fold(events), events[-1].seq, **extra)
             for event in events:  # committed: only now does this Memory see them
                 self._fold(event)
             if events:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from toki.canonical import canonical_json, check_json, check_text, digest
+from toki.canonical import canonical_json, check_json, check_text, digest, shown
 from toki.errors import InvalidKey, InvalidValue
 from toki.time import Interval, format_instant, parse_instant
 
@@ -98,8 +98,7 @@ def _need_text(name: str, value: object, error: type[InvalidValue] | type[Invali
 
 
 def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return shown(value)
 
 
 def _key_text(name: str, value: object) -> str:

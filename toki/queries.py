@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from toki.algebra.provenance import AuditRow, Provenance
-from toki.chain import ChainCheck, Digest, VerifyReport, verify
+from toki.chain import ChainCheck, Digest, VerifyReport
 from toki.errors import (
     InvalidInput,
 )
@@ -28,7 +28,7 @@ from toki.model import (
 )
 from toki.projection import ReconcileReport, reconcile
 from toki.replay import Snapshot, replay
-from toki.store.base import ALL_SEQS
+from toki.store.audit import verify_store
 from toki.time import TimeLike, parse_instant
 
 __all__ = ["Queries"]
@@ -161,16 +161,14 @@ class Queries(MemoryBase):
             check.add(event)
         return check.digest()
 
-    def verify(self, digest: Digest | None = None, *, key: bytes | None = None) -> VerifyReport:
-        """Walk the stored log again: seqs dense from 1, stored links, and (given a digest
-        saved earlier, keyed if it was made with `key`) the log up to its seq unchanged."""
-        where = self._store.url
-        return verify(
-            where,
-            ((e, e.chain) for e in self._store.load(ALL_SEQS)),
-            digest=digest,
-            key=_chain_key(key),
-        )
+    def verify(
+        self, digest: Digest | str | None = None, *, key: bytes | None = None
+    ) -> VerifyReport:
+        """Walk the stored log again: seqs dense from 1, stored links, the chain seal, and
+        (given a digest saved earlier, or its 'seq:head' text; keyed if it was made with
+        `key`) the log up to its seq unchanged; then every projection table and the
+        consumption chain against the log (docs/integrity.md)."""
+        return verify_store(self._store, digest, key=_chain_key(key))  # toki.store.audit
 
     def reconcile(self) -> ReconcileReport:
         """Compare the stored projection with a fresh replay of the stored log, per key."""

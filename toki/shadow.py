@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from toki.algebra import OPERATORS
 from toki.algebra.base import Operator
 from toki.algebra.rule import Policy
-from toki.canonical import canonical_json, digest
+from toki.canonical import canonical_json, check_text, digest, shown
 from toki.consumption import ConsumptionOps, resolution_json, same_answer
 from toki.errors import InvalidInput, InvalidTime, LifecycleError, TokiError
 from toki.judge import Judge, JudgeLog
@@ -62,6 +62,7 @@ class Config:
     name: str = ""
 
     def __post_init__(self) -> None:
+        check_text(self.name, "config.name")  # issue #36: a lone surrogate broke its id
         for fact_key, op in self.operators:
             _need_operator(op, f"operators.{fact_key}")
             FactKey("config", "config", fact_key)  # the same rules as a key's fact_key
@@ -70,7 +71,9 @@ class Config:
         for tenant, fact_key, policy in self.policies:
             FactKey(tenant, "config", fact_key)
             if not isinstance(policy, Policy):
-                raise InvalidInput(f"policies.{tenant}.{fact_key}", f"{policy!r} is not a Policy")
+                raise InvalidInput(
+                    f"policies.{tenant}.{fact_key}", f"{shown(policy)} is not a Policy"
+                )
         for fact_key, chain in self.scope_chains:
             if not chain:
                 raise InvalidInput(f"scope_chains.{fact_key}", "is empty", "name a scope")
@@ -135,7 +138,7 @@ class Config:
             data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         except OSError as exc:
             raise InvalidInput("--config", f"cannot read {path}: {exc.strerror}") from exc
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # not UTF-8: exit 2
             raise InvalidInput("--config", f"{path} is not valid TOML: {exc}") from exc
         policies = []
         for table in ("policies", "scope_chains"):
@@ -600,7 +603,7 @@ class ShadowOps(ConsumptionOps):
         from toki.time import parse_instant
 
         if not isinstance(config, Config):
-            raise InvalidInput("config", f"expected a toki.shadow.Config, got {config!r}")
+            raise InvalidInput("config", f"expected a toki.shadow.Config, got {shown(config)}")
         self.refresh()
         at = self._now() if valid_at is None else parse_instant(valid_at, "valid_at")
         serving = self._in_force(None)
@@ -628,7 +631,7 @@ class ShadowOps(ConsumptionOps):
         the configuration it replaces stays in the log). Claims written from then on are
         routed to its operators. Promoting the configuration already in force is a no-op."""
         if not isinstance(config, Config):
-            raise InvalidInput("config", f"expected a toki.shadow.Config, got {config!r}")
+            raise InvalidInput("config", f"expected a toki.shadow.Config, got {shown(config)}")
         current = self._in_force(None)
         if current is not None and current.id == config.id:
             return

@@ -15,7 +15,7 @@ from toki.algebra.context import ResolveContext
 from toki.algebra.gate import gate
 from toki.algebra.provenance import Action, Decision, Provenance
 from toki.algebra.rule import Policy
-from toki.canonical import canonical_json
+from toki.canonical import canonical_json, shown
 from toki.errors import (
     InvalidInput,
 )
@@ -28,6 +28,7 @@ from toki.model import (
     FactKey,
     FactVersion,
 )
+from toki.ops import decision_of, operation_for, outcome_text
 from toki.partition import Partition
 from toki.replay import KeyState
 from toki.store.base import Steps, drive
@@ -92,7 +93,7 @@ class WritePath(MemoryBase):
         The same call again (same policy, same recorded_at) is a no-op, like any duplicate
         delivery."""
         if not isinstance(policy, Policy):
-            raise InvalidInput("policy", f"expected a toki.algebra.Policy, got {policy!r}")
+            raise InvalidInput("policy", f"expected a toki.algebra.Policy, got {shown(policy)}")
         recorded = self._recorded(recorded_at)
         key = FactKey(tenant, POLICY_SUBJECT, fact_key)
 
@@ -120,6 +121,7 @@ class WritePath(MemoryBase):
         log_judge: bool = True,
         allow_weaker_isolation: bool = False,
         semantic_gate: bool = False,
+        op_id: str | None = None,
     ) -> Decision:
         """The whole write path: duplicate → NOOP; no contradiction → INSERT; contradiction →
         operator → DECISION event → close losers → insert winner → audit rows → commit.
@@ -127,6 +129,10 @@ class WritePath(MemoryBase):
         Judge verdicts are logged under (fact key, θ) before the decision commits and are
         reused, never re-asked, when the same question comes up again (log_judge=False
         switches the keyed log off, to model baselines).
+
+        op_id: this write's operation id (toki.ops): a retry with the same id, after any
+        failure or an unknown outcome, never stores the claim twice and returns the decision
+        the first run committed.
         """
         return drive(
             self.write_steps(
@@ -136,6 +142,7 @@ class WritePath(MemoryBase):
                 log_judge=log_judge,
                 allow_weaker_isolation=allow_weaker_isolation,
                 semantic_gate=semantic_gate,
+                op_id=op_id,
             )
         )
 
@@ -148,6 +155,7 @@ class WritePath(MemoryBase):
         log_judge: bool = True,
         allow_weaker_isolation: bool = False,
         semantic_gate: bool = False,
+        op_id: str | None = None,
     ) -> Steps[Decision]:
         """`write` as a generator of the store's statements: what a simulator agent runs
         (`decision = yield from memory.write_steps(claim)` over `toki.store.sim`), so that
@@ -173,6 +181,7 @@ class WritePath(MemoryBase):
         if self._concurrent and not allow_weaker_isolation:
             check_precondition(level, op.requires, what=f"operator {op.name}")
         result: list[Decision] = []
+        operation = operation_for(self._store, op_id)  # toki.ops
         keys = [claim.key]
         if op.name == "RULE":  # RULE reads the policy in force: its key is in the partition
             keys.append(FactKey(claim.key.tenant, POLICY_SUBJECT, claim.key.fact_key))
@@ -196,6 +205,8 @@ class WritePath(MemoryBase):
                     p, op.resolve(list(found.contradicts), version, ctx), version, pending
                 )
             result.append(decision)
+            if operation is not None:  # stored with the events: what a retry returns
+                operation.result = outcome_text(replace(decision, claim_id=version.id))
             self._judge_events(p, ctx, pending)
             if decision.action is not Action.INSERT:
                 pending.append(
@@ -215,7 +226,9 @@ class WritePath(MemoryBase):
                 self._close_losers(p, claim.key, decision, recorded, pending, reason=op.name)
             return pending
 
-        yield from self._write_steps(keys, build, level)
+        yield from self._write_steps(keys, build, level, operation)
+        if operation is not None and operation.replayed:
+            return decision_of(operation.result)
         return replace(result[0], claim_id=version.id)
 
     def _judge_events(self, p: Partition, ctx: ResolveContext, pending: list[Event]) -> None:

@@ -19,7 +19,6 @@ from toki.experiments.executors import run_tasks
 from toki.experiments.matrix import (
     COLUMNS,
     CellData,
-    _fmt,
     decide,
     detection_power,
     inherit_fault_free,
@@ -29,6 +28,7 @@ from toki.experiments.matrix import (
     run_task,
     same_model_notes,
 )
+from toki.experiments.matrix_output import _fmt
 from toki.experiments.stats import cluster_interval, zero_upper_bound
 from toki.systems.registry import SYSTEMS
 
@@ -75,28 +75,87 @@ def test_admits_needs_a_witness_that_replays() -> None:
     assert cut["verdict"] == "admits" and "cut off" in cut["reason"] and cut["rate"] == 0.0
 
 
-def test_excludes_only_when_every_dpor_workload_finished() -> None:
+def test_excludes_only_when_every_workload_was_explored_to_completion() -> None:
+    wls = ("a", "b", "c")
     done = decide(
-        _cell(found=(0, 0), checked=(5, 5), rates=(0.0, 0.0), dpor_workloads=3, dpor_exhausted=3)
+        _cell(
+            found=(0, 0),
+            checked=(5, 5),
+            rates=(0.0, 0.0),
+            workloads=wls,
+            exhausted_workloads=wls,
+            workload_runs=(("a", 4), ("b", 4), ("c", 2)),
+        )
     )
     assert (done["verdict"], done["mode"], done["power"]) == ("excludes", "exhaustive", 1.0)
+    assert (done["exhaustive_workloads"], done["workloads"]) == (3, 3)
     for n in (10, 100, 10_000):  # however many runs: a sample never excludes
         row = decide(
             _cell(
                 found=(0,),
-                checked=(n,),
+                checked=(n + 7,),
                 rates=(0.0,),
                 sampled_runs=n,
-                dpor_workloads=3,
-                dpor_exhausted=2,
+                workloads=wls,
+                exhausted_workloads=("a", "b"),  # c was only sampled
+                workload_runs=(("a", 3), ("b", 4), ("c", n)),
             ),
             alpha=0.05,
             power_rate=0.05,
         )
         assert (row["verdict"], row["mode"]) == ("not found", "sampled")
-        assert row["ci_high"] == pytest.approx(zero_upper_bound(n, 0.025))
+        assert (row["worst_workload"], row["worst_runs"]) == ("c", n)
+        assert row["ci_high"] == pytest.approx(zero_upper_bound(n, 0.05))
         assert row["power"] == pytest.approx(detection_power(n, 0.05))
-        assert "power" in row["reason"] and f"0 of {n}" in row["reason"]
+        assert "power" in row["reason"] and f"0 of {n + 7}" in row["reason"]
+        assert row["exhaustive_workloads"] == 2
+
+
+def test_a_not_found_bound_is_the_worst_workloads_at_its_own_run_count() -> None:
+    """Pooling 600 + 60 runs would give 0.0045; the workload with 60 runs bounds its own
+    rate only by 0.049, and the cell is no better than its worst workload."""
+    row = decide(
+        _cell(
+            found=(0,),
+            checked=(660,),
+            rates=(0.0,),
+            sampled_runs=660,
+            workloads=("big", "small"),
+            workload_runs=(("big", 600), ("small", 60)),
+        )
+    )
+    assert row["worst_workload"] == "small" and row["worst_runs"] == 60
+    assert row["ci_high"] == pytest.approx(zero_upper_bound(60, 0.05))
+    assert row["ci_high"] > 10 * zero_upper_bound(660, 0.05)
+    assert row["power"] == pytest.approx(detection_power(60, 0.05))
+
+
+def test_an_admits_every_run_shows_is_marked_true_by_construction() -> None:
+    every = {
+        "checked": (5, 5),
+        "rates": (1.0, 1.0),
+        "witness": "w.json",
+        "witness_replays": True,
+        "workloads": ("a", "b"),
+    }
+    row = decide(
+        _cell(
+            found=(5, 5),
+            workload_runs=(("a", 6), ("b", 4)),
+            workload_found=(("a", 6), ("b", 4)),
+            **every,
+        )
+    )
+    assert row["verdict"] == "admits" and row["construction"] == "yes"
+    some = decide(
+        _cell(
+            found=(4, 5),
+            workload_runs=(("a", 6), ("b", 4)),
+            workload_found=(("a", 5), ("b", 4)),
+            **every,
+        )
+    )
+    assert some["verdict"] == "admits" and some["construction"] == ""
 
 
 def test_no_rate_where_nothing_was_measured() -> None:
@@ -125,18 +184,18 @@ def test_no_rate_where_nothing_was_measured() -> None:
     assert math.isnan(undecided["rate"])  # undecided runs are never counted as clean
 
 
-def test_n1_is_a_check_only_when_recovery_never_asked_a_judge_that_was_used() -> None:
+def test_n1_is_a_check_only_for_a_model_without_a_judge() -> None:
     base = {"found": (0,), "checked": (50,), "rates": (0.0,), "sampled_runs": 50}
-    check = decide(_cell("N1", **base, judged_runs=12, recovery_judge_calls=0))
-    assert (check["verdict"], check["mode"]) == ("excludes", "check")
-    assert math.isnan(check["rate"]) and "not a rate" in check["reason"]
-    assert decide(_cell("N1", **base, judge_free=True))["mode"] == "check"
-    # the judge was never asked live either: the runs could not have shown N1 at all
-    assert decide(_cell("N1", **base, judged_runs=0))["verdict"] == "not found"
+    free = decide(_cell("N1", **base, judge_free=True))
+    assert (free["verdict"], free["mode"], free["construction"]) == ("excludes", "check", "yes")
+    assert math.isnan(free["rate"]) and "not a rate" in free["reason"]
+    # a recovery that asked the judge in none of the sampled runs may in a run not sampled
+    sampled = decide(_cell("N1", **base, judged_runs=12, recovery_judge_calls=0))
+    assert sampled["verdict"] == "not found"
     assert decide(_cell("N1", **base, judged_runs=5, recovery_judge_calls=3))["verdict"] == (
         "not found"
     )
-    assert decide(_cell("RD", **base, judged_runs=12))["verdict"] == "not found"  # N1 only
+    assert decide(_cell("RD", **base, judge_free=True))["verdict"] == "not found"  # N1 only
 
 
 def test_a_crash_cell_admits_what_its_fault_free_cell_admits() -> None:
@@ -343,3 +402,69 @@ def test_the_committed_verdict_matrix_is_what_the_code_produces(tmp_path: Path) 
     )
     for p in sorted((tmp_path / "witnesses").glob("*.json")):
         assert p.read_text() == (CONFIG.parent / "witnesses" / p.name).read_text(), p.name
+
+
+def test_draws_that_agree_do_not_give_a_zero_width_interval() -> None:
+    """Eight draws at exactly 1/9: the t interval over draws has zero width, yet 8 of 72
+    runs cannot pin a rate; the interval is widened to the Wilson interval of the runs."""
+    from toki.experiments.stats import wilson_interval
+
+    row = decide(
+        _cell(
+            found=(1,) * 8,
+            checked=(9,) * 8,
+            rates=(1 / 9,) * 8,
+            witness="w.json",
+            witness_replays=True,
+        )
+    )
+    w = wilson_interval(8, 72)
+    assert row["verdict"] == "admits" and row["rate"] == pytest.approx(1 / 9)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((w.low, w.high))
+    assert row["ci_low"] < row["rate"] < row["ci_high"]
+
+
+def test_the_committed_verdicts_rederive_from_the_per_workload_records() -> None:
+    """verdict_matrix/workloads.csv holds how every workload of every cell was explored; the
+    rules re-applied to those records give the committed verdicts, and no cell says excludes
+    unless every one of its workloads was explored to completion."""
+    from toki.experiments.agreement import read_records, read_rows, redecide
+    from toki.experiments.matrix_plan import load_config
+    from toki.real.systems import SYSTEMS as REAL
+    from toki.systems.registry import get_system
+
+    folder = CONFIG.parent
+    if not (folder / "workloads.csv").exists():
+        pytest.skip("verdict_matrix/workloads.csv not generated yet (toki matrix --real)")
+    rows = read_rows(folder / "matrix.csv")
+    records = read_records(folder / "workloads.csv")
+    exp = load_config(CONFIG)["experiment"]
+    at = {(r["system"], r["faults"], r["anomaly"]): r for r in rows}
+    checked = 0
+    for system in dict.fromkeys(r["system"] for r in rows):
+        mine = [r for r in records if r["system"] == system]
+        name = system.removesuffix(" (real)")
+        model = get_system(REAL[name].model if system.endswith(" (real)") else name)
+        again = redecide(
+            system,
+            mine,
+            at,
+            exp,
+            judge_free=not getattr(model, "uses_judge", True),
+            abstains={a: str(w) for a, w in dict(model.abstains).items()},
+        )
+        for (fault, anomaly), new in again.items():
+            old = at[system, fault, anomaly]
+            wls = [r for r in mine if r["fault"] == fault]
+            done = [r for r in wls if all(d["mode"] == "exhaustive" for d in r["draws"])]
+            assert (int(old["workloads"]), int(old["exhaustive_workloads"])) == (
+                len(wls),
+                len(done),
+            ), (system, fault, anomaly)
+            if old["verdict"] == "excludes" and old["mode"] != "check":
+                assert len(done) == len(wls), (system, fault, anomaly)
+            assert new["verdict"] == old["verdict"], (system, fault, anomaly)
+            for k in ("rate", "ci_low", "ci_high"):
+                assert _fmt(new[k]) == _fmt(old[k]), (system, fault, anomaly, k)
+            checked += 1
+    assert checked == len(rows)

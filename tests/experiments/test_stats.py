@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from toki.errors import InvalidInput
 from toki.experiments.stats import (
     bootstrap_mean_ci,
+    cluster_bootstrap_ci,
     cluster_interval,
+    cluster_sign_flip_p,
     compare_paired,
     holm,
     mcnemar_counts,
@@ -187,3 +189,36 @@ def test_zero_upper_bound() -> None:
         assert (1 - b) ** n == pytest.approx(0.05)
     assert zero_upper_bound(1000) < zero_upper_bound(100) < zero_upper_bound(10)
     assert zero_upper_bound(1000) == pytest.approx(3 / 1000, rel=0.01)  # the rule of three
+
+
+def test_sign_flip_over_ten_conversations_cannot_go_below_2_in_1024() -> None:
+    """Ten conversations all pointing the same way: the exact p is 2 / 2^10 however many
+    questions each holds (a question-level test would print a far smaller p)."""
+    clusters = [f"conv-{i // 30}" for i in range(300)]
+    assert cluster_sign_flip_p([0.2] * 300, clusters) == pytest.approx(2 / 1024)
+    assert mcnemar_exact(300, 0) < 1e-80  # the question as the unit: not the same claim
+    assert cluster_sign_flip_p([0.0] * 300, clusters) == 1.0
+
+
+@settings(derandomize=True, max_examples=100, database=None, deadline=None)
+@given(st.lists(st.floats(-1.0, 1.0), min_size=2, max_size=40), st.integers(1, 8))
+def test_sign_flip_p_is_a_probability_unchanged_by_swapping_the_arms(
+    diffs: list[float], k: int
+) -> None:
+    clusters = [str(i % k) for i in range(len(diffs))]
+    p = cluster_sign_flip_p(diffs, clusters)
+    assert 2 / 2 ** len(set(clusters)) - 1e-12 <= p <= 1.0
+    assert p == pytest.approx(cluster_sign_flip_p([-d for d in diffs], clusters))
+
+
+def test_cluster_bootstrap_is_zero_width_for_identical_clusters_and_wider_than_items() -> None:
+    same = cluster_bootstrap_ci([1.0, 0.0, 1.0] * 10, [str(i // 3) for i in range(30)])
+    assert same.low == same.high == same.estimate == pytest.approx(2 / 3)
+    # two kinds of conversation: all right or all wrong; resampling questions would be narrow
+    xs = [1.0] * 50 + [0.0] * 50
+    clusters = [str(i // 10) for i in range(100)]
+    conv = cluster_bootstrap_ci(xs, clusters)
+    item = bootstrap_mean_ci(xs)
+    assert conv.high - conv.low > 2 * (item.high - item.low)
+    with pytest.raises(InvalidInput):
+        cluster_bootstrap_ci([1.0, 0.0], ["a"])

@@ -165,3 +165,22 @@ def test_apply_holm_matches_the_step_down_rule() -> None:
 def test_a_failing_check_says_so() -> None:
     row = check_row("audit_rows", "dual_row", "superseded", [1.0, 0.0], 1.0, "why")
     assert row["score"] == 0.5 and row["holds"] is False and row["ci_low"] is None
+
+
+def test_the_committed_ablations_test_at_the_conversation_level() -> None:
+    """paper/data/locomo_ablations.json: every comparison has its conversation-level interval
+    and permutation p, which cannot go below 2 / 2^k with k conversations (a question-level
+    p can), and Holm adjusts the conversation-level p."""
+    from pathlib import Path
+
+    from toki.experiments.stats import holm
+
+    path = Path(__file__).resolve().parents[2] / "paper" / "data" / "locomo_ablations.json"
+    rows = [r for r in json.loads(path.read_text()) if r.get("kind") == "comparison"]
+    assert rows
+    for r in rows:
+        k = r["conversations"]
+        assert 2 <= k <= 10 and r["conv_p"] >= 2 / 2**k - 1e-12
+        assert r["conv_ci_low"] <= r["score"] <= r["conv_ci_high"]
+    assert [r["holm_p"] for r in rows] == pytest.approx(holm([r["conv_p"] for r in rows]))
+    assert min(r["mcnemar_p"] for r in rows) < min(r["conv_p"] for r in rows)

@@ -148,7 +148,7 @@ def test_mem0_torn_docstore_then_reopen_answers_bob_with_carol(mem0_1: Session) 
     assert answer["first"]["text"] == "alice:manager is Carol"
     assert answer["first"]["score"] > 0.999
     assert verdicts["lost-write"].found  # Bob was served before the death, not after
-    assert verdicts["index-divergence"].observed == {"vectors": 2, "mapped": 1, "payloads": 1}
+    assert verdicts["index-after-restart"].observed == {"vectors": 2, "mapped": 1, "payloads": 1}
     assert not verdicts["resurrection"].found
     again = _torn_run(mem0_1)
     assert again.digest == rr.digest  # same schedule, byte-identical record

@@ -106,6 +106,11 @@ def test_list_names_every_system_and_its_environment(capsys: pytest.CaptureFixtu
         "langgraph-store-memory",
         "langgraph-store-postgres",
         "langmem-0.0.30",
+        # the corpus's affected versions and configurations (toki/real/scenarios)
+        "mem0-1.0.5",
+        "mem0-2.0.12",
+        "mem0-2.2.1+entities",
+        "langgraph-store-postgres-3.1.0",
     }
     shared = {s["name"]: s["environment"] for s in data["systems"]}
     assert shared["langmem-0.0.30"] == shared["langgraph-store-postgres"]  # one environment

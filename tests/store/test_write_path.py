@@ -244,7 +244,7 @@ def test_pg_terminated_backend_mid_write(
         real_step(self, name, *args)
 
     monkeypatch.setattr(PostgresStore, "_step", step)
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreError, match="not committed"):  # looked up by its op id
         mem.write(_claim(2, "Berlin"), LWW)
     monkeypatch.undo()
     assert _seen(mem) == before

@@ -14,7 +14,7 @@ from typing import Any
 
 from toki.algebra.base import Choice, FoldOperator
 from toki.algebra.context import ResolveContext
-from toki.canonical import canonical_json, digest
+from toki.canonical import canonical_json, check_text, digest, shown
 from toki.errors import InvalidInput, TokiError
 from toki.isolation import Isolation
 from toki.model import FactVersion
@@ -38,10 +38,14 @@ class Policy:
     def __post_init__(self) -> None:
         if self.kind not in POLICY_KINDS:
             raise UnknownPolicy(
-                f"policy.kind: unknown policy {self.kind!r} (use one of {POLICY_KINDS})"
+                f"policy.kind: unknown policy {shown(self.kind)} (use one of {POLICY_KINDS})"
             )
         if self.kind == "prefer_source" and not self.sources:
             raise InvalidInput("policy.sources", "prefer_source needs at least one source")
+        if not isinstance(self.sources, tuple):  # issue #36: sources are source ids (text)
+            raise InvalidInput("policy.sources", f"expected a tuple, got {shown(self.sources)}")
+        for source in self.sources:
+            check_text(source, "policy.sources")
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "sources": list(self.sources)}

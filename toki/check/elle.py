@@ -24,17 +24,21 @@ import io
 import itertools
 import json
 from collections import deque
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final, Union
 
 import msgspec
 
 from toki.check import edn
+from toki.check.adya.checker import DEFAULT_BUDGET
+from toki.check.adya.graph import gc_paused
 from toki.check.adya.history import History, Op, OpKind, Txn
+from toki.check.adya.verdict import Verdict, verdict
 from toki.errors import HistoryFormatError
 
-__all__ = ["history_from_ops", "load", "parse_edn", "parse_json"]
+__all__ = ["Checked", "check_file", "history_from_ops", "load", "parse_edn", "parse_json"]
 
 _MOPS: Final[dict[Any, OpKind]] = {"r": "r", "w": "w", "append": "append"}
 _TYPES: Final = frozenset(("invoke", "ok", "fail", "info"))
@@ -72,12 +76,67 @@ def load(path: str | Path, fmt: str | None = None) -> History:
     if fmt not in ("elle-edn", "elle-json"):
         raise HistoryFormatError(str(p), f"is a {fmt} file, not an Elle history")
     try:
-        with p.open(encoding="utf-8") as fh:
+        with p.open(encoding="utf-8") as fh, gc_paused():  # millions of acyclic objects
             if fmt == "elle-edn":
                 return _build(_edn_entries(fh, str(p)), str(p))
             return _build(_json_entries(fh, str(p), lambda: p.read_text("utf-8")), str(p))
     except (OSError, UnicodeDecodeError) as e:
         raise HistoryFormatError(str(p), f"cannot be read: {e}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A checked history file: how many transactions it had, the verdict, and which path
+    decided it (``columnar`` for a clean list-append history, else ``exact``)."""
+
+    transactions: int
+    verdict: Verdict
+    path: str
+
+
+def check_file(
+    path: str | Path,
+    fmt: str | None = None,
+    *,
+    models: Iterable[str] = ("strict-serializable",),
+    anomalies: Iterable[str] = (),
+    wfr_keys: bool = False,
+    sequential_keys: bool = False,
+    linearizable_keys: bool = False,
+    search_budget: int = DEFAULT_BUDGET,
+) -> Checked:
+    """``verdict(load(path))``, faster: the columnar path (``toki.check.columnar``) decides
+    histories it can prove clean in one streaming pass; every other history (anomalous,
+    unusual, malformed) is loaded and checked by the exact path, which explains it."""
+    from toki.check.columnar import clean_verdict, json_batches
+    from toki.history import detect_format
+
+    p = Path(path)
+    if fmt is None:
+        fmt = detect_format(p)
+    models, anomalies = list(models), list(anomalies)
+    opts = {
+        "wfr_keys": wfr_keys,
+        "sequential_keys": sequential_keys,
+        "linearizable_keys": linearizable_keys,
+    }
+    if fmt in ("elle-edn", "elle-json"):
+        try:
+            if fmt == "elle-edn":
+                with p.open(encoding="utf-8") as fh:
+                    batches = _edn_batches(fh, str(p))
+                    clean = clean_verdict(batches, models=models, anomalies=anomalies, **opts)
+            else:
+                with p.open("rb") as raw:
+                    batches = json_batches(raw)
+                    clean = clean_verdict(batches, models=models, anomalies=anomalies, **opts)
+        except (OSError, UnicodeDecodeError, HistoryFormatError):
+            clean = None  # the exact path says what is wrong
+        if clean is not None:
+            return Checked(clean[0], clean[1], "columnar")
+    history = load(p, fmt)
+    v = verdict(history, models=models, anomalies=anomalies, search_budget=search_budget, **opts)
+    return Checked(len(history.txns), v, "exact")
 
 
 def parse_edn(text: str, *, source: str = "history.edn") -> History:
@@ -102,7 +161,23 @@ def history_from_ops(entries: Iterable[tuple[str, Any]]) -> History:
 # --------------------------------------------------------------------------- reading
 
 
+Batch = tuple[Sequence[Where], list[Any]]  # where each entry is, and the entries
+
+
+def _entries(batches: Iterable[Batch]) -> Iterator[tuple[Where, Any]]:
+    for wheres, data in batches:
+        yield from zip(wheres, data, strict=True)
+
+
 def _edn_entries(fh: IO[str], source: str) -> Iterator[tuple[Where, Any]]:
+    return _entries(_edn_batches(fh, source))
+
+
+def _json_entries(fh: IO[str], source: str, whole: Any) -> Iterator[tuple[Where, Any]]:
+    return _entries(_json_batches(fh, source, whole))
+
+
+def _edn_batches(fh: IO[str], source: str) -> Iterator[Batch]:
     """EDN forms a chunk at a time: Jepsen's operation maps through the JSON rewrite and the
     typed decoder; anything else through the general reader."""
     first = True
@@ -124,13 +199,15 @@ def _edn_entries(fh: IO[str], source: str) -> Iterator[tuple[Where, Any]]:
                 and len(forms) == 1
                 and type(forms[0]) is list
                 and (not forms[0] or forms[0][0] != edn.MAP)
-            ):
-                for i, x in enumerate(forms[0]):  # one vector of op maps
-                    yield f"{source} entry {i + 1}", _as_map(x)
+            ):  # one vector of op maps
+                yield (
+                    [f"{source} entry {i + 1}" for i in range(len(forms[0]))],
+                    [_as_map(x) for x in forms[0]],
+                )
                 continue
+            forms = [_as_map(x) for x in forms]
         first = False
-        for line, form in zip(edn.form_lines(lines, offset, len(forms)), forms, strict=True):
-            yield line, _as_map(form)
+        yield edn.form_lines(lines, offset, len(forms)), forms
 
 
 def _as_map(x: Any) -> Any:
@@ -139,7 +216,7 @@ def _as_map(x: Any) -> Any:
     return x
 
 
-def _json_entries(fh: IO[str], source: str, whole: Any) -> Iterator[tuple[Where, Any]]:
+def _json_batches(fh: IO[str], source: str, whole: Any) -> Iterator[Batch]:
     """JSON lines, or an array with one op per line, parsed a chunk of lines at a time; an
     array laid out any other way is parsed whole."""
     lines = iter(fh)
@@ -157,17 +234,14 @@ def _json_entries(fh: IO[str], source: str, whole: Any) -> Iterator[tuple[Where,
             nums = [lineno + i + 1 for i, line in enumerate(pending) if not line.isspace()]
             raise _json_error([p.strip() for p in parts], nums, source)
         if len(parts) == len(pending):
-            yield from zip(range(lineno + 1, lineno + len(pending) + 1), data, strict=True)
+            yield range(lineno + 1, lineno + len(pending) + 1), data
         else:
-            nums = [lineno + i + 1 for i, line in enumerate(pending) if not line.isspace()]
-            yield from zip(nums, data, strict=True)
+            yield [lineno + i + 1 for i, line in enumerate(pending) if not line.isspace()], data
         lineno += len(pending)
         pending = list(itertools.islice(lines, _CHUNK))
 
 
-def _json_array(
-    lines: Iterator[str], head: list[str], source: str, whole: Any
-) -> Iterator[tuple[Where, Any]]:
+def _json_array(lines: Iterator[str], head: list[str], source: str, whole: Any) -> Iterator[Batch]:
     """A JSON array with one op per line (elle-cli's layout): elements end a line with a
     comma, so a chunk of lines is itself a comma-separated run of elements."""
     entry = 0
@@ -183,11 +257,11 @@ def _json_array(
         body = body.rstrip(",")
         data = _decode("[" + body + "]") if body else []
         if data is None:  # laid out some other way: parse the whole file (from where we are)
-            yield from itertools.islice(_json_whole(whole(), source), entry, None)
+            rest = list(itertools.islice(_json_whole(whole(), source), entry, None))
+            yield [w for w, _ in rest], [op for _, op in rest]
             return
-        for op in data:
-            entry += 1
-            yield f"{source} entry {entry}", op
+        yield [f"{source} entry {entry + i + 1}" for i in range(len(data))], data
+        entry += len(data)
         pending = list(itertools.islice(lines, _CHUNK))
 
 

@@ -1,79 +1,39 @@
-"""Real rows of the verdict matrix and the model-versus-real agreement table (issue #15).
+"""Real rows of the verdict matrix (issue #15).
 
 A real row is a real library (`toki.real`) explored beside its model row: the same
 workloads (`matrix.toml`), fault settings, judge draws (the same `SimJudge` seeds, the same
-question text), strategies (DPOR first, random + PCT when DPOR is cut off; `CrashPoints`
-for crashes) and verdict rules (`matrix.decide`, `matrix.inherit_fault_free`, the model's
-abstentions). What differs is the subject, the budget (`[budgets.real]`: real schedules
-cost a fresh library instance each) and the witness check (the real schedule is replayed
-on the real code, `toki real replay`).
+question text), strategies (`toki.experiments.exploration`: DPOR first, random + PCT when
+DPOR is cut off; `CrashPoints` for crashes) and verdict rules (`toki.experiments.verdicts`,
+the model's abstentions). What differs is the subject, the budget (`[budgets.real]`: real
+schedules cost a fresh library instance each) and the witness check (the real schedule is
+replayed on the real code, `toki real replay`).
 
-`agreement` sets every real cell beside its model cell: both verdicts, both rates, and
-whether they agree (admits against admits; excludes or not found against excludes or not
-found). Every disagreement needs a resolution in `RESOLUTIONS` (a corrected model, or a
-stated simplification); one without is reported as unresolved.
+The agreement table (model against real, as a held-out test) is `toki.experiments.agreement`,
+built from the files this writes.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import math
-import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toki.experiments import matrix as mx
+from toki.experiments.exploration import explore_task, witness_name
+from toki.experiments.matrix_plan import SAMPLERS, plan, workload_of
+from toki.experiments.verdicts import CellData, cell_of, decide_cells, shortest_witness
 
 __all__ = [
-    "AGREEMENT_COLUMNS",
-    "RESOLUTIONS",
-    "agreement",
+    "add_real_rows",
     "missing_real",
     "plan_real",
     "real_pairs",
     "real_rows",
     "run_real_task",
-    "write_agreement",
 ]
 
 REAL_BUDGET = "real"
-AGREEMENT_COLUMNS = (
-    "model",
-    "real",
-    "version",
-    "faults",
-    "anomaly",
-    "model_verdict",
-    "real_verdict",
-    "model_rate",
-    "model_ci",
-    "real_rate",
-    "real_ci",
-    "model_mode",
-    "real_mode",
-    "agree",
-    "resolution",
-)
-NEGATIVE = ("excludes", "not found")
-
-# Every disagreement between a model cell and its real cell, explained: (real system,
-# anomaly) -> why. "*" matches any anomaly. Written after investigating the real witness.
-RESOLUTIONS: dict[tuple[str, str], str] = {
-    ("mem0-1.0.11", "RD"): (
-        "A stated simplification of the model: it writes a FAISS `update` as one atomic "
-        "upsert, while mem0's FAISS store deletes the point and inserts it again (two steps, "
-        "docs/real.md). The real witness (duplicate-delivery) has two updates of one memory "
-        "interleave inside their delete/insert pairs, so the point written last is the one "
-        "whose clock read came first; `Memory.history` lists the rows by that time and "
-        "re-applies the other value. The model's own ordering defect (rows re-applied in the "
-        "order written, which made it report RD where the library does not) was corrected "
-        "with a real run as its test."
-    ),
-}
-
-
 def real_row_name(name: str) -> str:
     return f"{name} (real)"
 
@@ -112,7 +72,7 @@ def plan_real(
     real system standing beside it."""
     tasks: list[dict[str, Any]] = []
     for model, name in pairs:
-        for task in mx.plan(config, budget, [model]):
+        for task in plan(config, budget, [model]):
             tasks.append(
                 {
                     **task,
@@ -127,7 +87,7 @@ def plan_real(
 
 def run_real_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """`matrix.run_task` for a real system: the same exploration policy and the same plain
-    result, with `explore_real` (one worker for every draw of the task)."""
+    record, with `explore_real` (one worker for every draw of the task)."""
     from toki.check.runner import make_strategy
     from toki.experiments.crashes import CrashPoints
     from toki.real.driver import open_session
@@ -137,21 +97,17 @@ def run_real_task(task: Mapping[str, Any]) -> dict[str, Any]:
     from toki.systems.registry import get_system
 
     system = get_real_system(task["real_system"])
-    workload = mx._workload(task["workload"])
-    anomalies = list(task["anomalies"])
+    workload = workload_of(task["workload"])
     judge_free = not getattr(get_system(task["model"]), "uses_judge", True)
-    t0 = time.perf_counter()
-    steps = 0
     with open_session(system) as session:
 
         def explore(strategy: str, seed: int, budget: int) -> RealReport:
-            nonlocal steps
-            if task["crash_budget"] and strategy in mx.SAMPLERS:
+            if task["crash_budget"] and strategy in SAMPLERS:
                 depth = task["pct_depth"] if strategy == "pct" else None
                 chosen: Any = CrashPoints(seed, depth)
             else:
                 chosen = make_strategy(strategy, seed, task["pct_depth"])
-            report = explore_real(
+            return explore_real(
                 system,
                 workload,
                 chosen,
@@ -161,86 +117,13 @@ def run_real_task(task: Mapping[str, Any]) -> dict[str, Any]:
                 crash_budget=task["crash_budget"],
                 session=session,
             )
-            steps += report.steps
-            return report
 
-        per_draw: list[list[RealReport]] = []
-        outside: list[RealReport] = []
         # a system whose DPOR can never finish (Graphiti: its async sibling tasks are
         # released in a fixed order) is sampled straight away
-        if "dpor" in task["strategies"] and system.exhaustible:
-            shared: RealReport | None = None
-            for seed in task["draws"]:
-                if judge_free and shared is not None:
-                    report = shared
-                else:
-                    report = shared = explore("dpor", seed, task["budget"]["dpor"])
-                if not report.exhausted:
-                    outside = [r for draw in per_draw for r in draw] + [report]
-                    per_draw = []
-                    break
-                per_draw.append([report])
-        mode = "exhaustive" if per_draw else "sampled"
-        if not per_draw:
-            for seed in task["draws"]:
-                per_draw.append(
-                    [
-                        explore(strategy, seed, task["budget"][strategy])
-                        for strategy in mx.SAMPLERS
-                        if strategy in task["strategies"] and task["budget"][strategy] > 0
-                    ]
-                )
-    draws_out = []
-    best: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
-    for d, (seed, reports) in enumerate(zip(task["draws"], per_draw, strict=True)):
-        draws_out.append(
-            {
-                "seed": seed,
-                "mode": mode,
-                "runs": sum(r.schedules for r in reports),
-                "recovery_judge_calls": sum(r.recovery_judge_calls for r in reports),
-                "judged_runs": sum(r.judged_runs for r in reports),
-                "counts": {
-                    a: {
-                        "found": sum(r.anomalies.get(a, 0) for r in reports),
-                        "checked": sum(r.checked.get(a, 0) for r in reports),
-                        "undecided": sum(r.undecided.get(a, 0) for r in reports),
-                    }
-                    for a in anomalies
-                },
-            }
+        record = explore_task(
+            task, explore, dpor_possible=system.exhaustible, judge_free=judge_free
         )
-        for r in reports:
-            _best(best, r, d, anomalies)
-    for r in outside:
-        _best(best, r, len(per_draw), anomalies)
-    return {
-        "index": task["index"],
-        "system": task["system"],
-        "real_system": task["real_system"],
-        "model": task["model"],
-        "workload": workload.name,
-        "fault": task["fault"],
-        "dpor": "dpor" in task["strategies"],
-        "dpor_cut_after": outside[-1].schedules if outside else 0,
-        "outside_found": {a: sum(r.anomalies.get(a, 0) for r in outside) for a in anomalies},
-        "draws": draws_out,
-        "steps": steps,
-        "seconds": time.perf_counter() - t0,
-        "witnesses": {a: w for a, (_, w) in sorted(best.items())},
-    }
-
-
-def _best(
-    best: dict[str, tuple[tuple[int, int], dict[str, Any]]],
-    report: Any,
-    draw: int,
-    anomalies: Sequence[str],
-) -> None:
-    for a, w in report.witnesses.items():
-        rank = (len(w.schedule), draw)
-        if a in anomalies and (a not in best or rank < best[a][0]):
-            best[a] = (rank, w.to_json())
+    return {**record, "real_system": task["real_system"], "model": task["model"]}
 
 
 def _verify_real(data: Mapping[str, Any], path: Path) -> bool:
@@ -256,7 +139,7 @@ def _verify_real(data: Mapping[str, Any], path: Path) -> bool:
 
 def real_cells(
     config: Mapping[str, Any], results: Sequence[Mapping[str, Any]], out: Path | None
-) -> list[mx.CellData]:
+) -> list[CellData]:
     """`matrix.cells` for real results: the model's abstentions and judge declaration, the
     witness replayed on the real code."""
     from toki.systems.registry import get_system
@@ -267,40 +150,18 @@ def real_cells(
     out_cells = []
     for (system, fault), rs in groups.items():
         model = get_system(rs[0]["model"])
-        ndraws = len(rs[0]["draws"])
-        dpor = [r for r in rs if r["dpor"]]
-        exhausted = [
-            r["workload"] for r in dpor if all(d["mode"] == "exhaustive" for d in r["draws"])
-        ]
         for anomaly in config["experiment"]["anomalies"]:
-            cell = mx.CellData(
+            cell = cell_of(
                 system,
-                anomaly,
                 fault,
-                found=mx._per_draw(rs, ndraws, anomaly, "found"),
-                checked=mx._per_draw(rs, ndraws, anomaly, "checked"),
-                undecided=mx._per_draw(rs, ndraws, anomaly, "undecided"),
-                rates=mx._draw_rates(rs, ndraws, anomaly),
-                shown_on=mx._shown_on(rs, anomaly),
-                outside=sum(r["outside_found"][anomaly] for r in rs),
-                sampled_runs=sum(
-                    d["counts"][anomaly]["checked"]
-                    for r in rs
-                    for d in r["draws"]
-                    if d["mode"] == "sampled"
-                ),
-                dpor_workloads=len(dpor),
-                dpor_exhausted=len(exhausted),
-                workloads=tuple(r["workload"] for r in rs),
-                exhausted_workloads=tuple(exhausted),
-                recovery_judge_calls=sum(d["recovery_judge_calls"] for r in rs for d in r["draws"]),
-                judged_runs=sum(d["judged_runs"] for r in rs for d in r["draws"]),
+                anomaly,
+                rs,
                 judge_free=not getattr(model, "uses_judge", True),
                 abstain_reason=str(dict(model.abstains).get(anomaly, "")),
             )
-            w = mx._shortest(rs, anomaly)
+            w = shortest_witness(rs, anomaly)
             if w is not None and out is not None and not cell.abstain_reason:
-                rel = mx.witness_name(_file_name(system), anomaly, fault)
+                rel = witness_name(_file_name(system), anomaly, fault)
                 ok = _verify_real(w, out / rel)
                 cell = dataclasses.replace(cell, witness=rel, witness_replays=ok)
             out_cells.append(cell)
@@ -339,20 +200,11 @@ def real_rows(
         processes=True,
         progress=progress,
     )
-    exp = config["experiment"]
-    decided = [
-        mx.decide(c, alpha=float(exp["alpha"]), power_rate=float(exp["power_rate"]))
-        for c in real_cells(config, results, out)
-    ]
-    decided = mx.inherit_fault_free(decided)
+    decided = decide_cells(real_cells(config, results, out), config["experiment"])
     names = {real_row_name(n): n for _, n in pairs}
-    order = {a: i for i, a in enumerate(exp["anomalies"])}
-    faults = {f: i for i, f in enumerate(exp.get("faults", ["none"]))}
     keys = list(names)
     rows = []
-    for r in sorted(
-        decided, key=lambda r: (keys.index(r["system"]), faults[r["faults"]], order[r["anomaly"]])
-    ):
+    for r in sorted(decided, key=lambda r: keys.index(r["system"])):  # stable: pairs' order
         system = get_real_system(names[r["system"]])
         version = f"{system.library} {system.version}" if system.version else "toki (this tree)"
         rows.append({**r, "kind": "real", "version": version})
@@ -386,13 +238,13 @@ def add_real_rows(
     workers: int | None = None,
     address: str | None = None,
     progress: Callable[[int], None] | None = None,
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """The model rows with the real rows beside them, and the notes with a line per real
-    system whose environment is missing; writes agreement.md / .csv into `folder`."""
-    t0 = time.perf_counter()
+) -> RealRun:
+    """The model rows with the real rows beside them, the notes with a line per real system
+    whose environment is missing, the real task records and the pairs that ran (the
+    agreement table is built from the written files: `toki.experiments.agreement`)."""
     models = list(dict.fromkeys(r["system"] for r in rows))
     ready, missing = missing_real(real_pairs(models))
-    real, _ = real_rows(
+    real, records = real_rows(
         config,
         budget,
         ready,
@@ -402,135 +254,19 @@ def add_real_rows(
         address=address,
         progress=progress,
     )
-    merged = interleave(rows, real, ready)
-    table = agreement(merged, ready)
-    write_agreement(folder, table, budget=budget, missing=missing, seconds=time.perf_counter() - t0)
-    return merged, [*notes, *(f"real row missing: {m}" for m in missing)]
+    return RealRun(
+        interleave(rows, real, ready),
+        [*notes, *(f"real row missing: {m}" for m in missing)],
+        records,
+        ready,
+        missing,
+    )
 
 
-# ---------------------------------------------------------------- agreement
-
-
-def _rate(row: Mapping[str, Any]) -> str:
-    rate = row.get("rate")
-    if isinstance(rate, float) and not math.isnan(rate):
-        return f"{rate:.4f}"
-    return ""
-
-
-def _ci(row: Mapping[str, Any]) -> str:
-    lo, hi = row.get("ci_low"), row.get("ci_high")
-    if isinstance(hi, float) and not math.isnan(hi):
-        return f"[{lo:.4f}, {hi:.4f}]"
-    return ""
-
-
-def _agree(model: str, real: str) -> str:
-    if model == "admits" and real == "admits":
-        return "yes"
-    if model in NEGATIVE and real in NEGATIVE:
-        return "yes"
-    if {model, real} & {"abstains", "undecided"}:
-        return "not compared"
-    return "no"
-
-
-def resolution(real: str, anomaly: str) -> str:
-    return RESOLUTIONS.get((real, anomaly)) or RESOLUTIONS.get((real, "*")) or ""
-
-
-def agreement(
-    rows: Sequence[Mapping[str, Any]], pairs: Sequence[tuple[str, str]]
-) -> list[dict[str, str]]:
-    """Cell by cell: each real cell beside its model cell."""
-    at = {(r["system"], r["faults"], r["anomaly"]): r for r in rows}
-    out = []
-    for model, name in pairs:
-        for r in rows:
-            if r["system"] != real_row_name(name):
-                continue
-            m = at.get((model, r["faults"], r["anomaly"]))
-            if m is None:
-                continue
-            agree = _agree(m["verdict"], r["verdict"])
-            why = resolution(name, r["anomaly"]) if agree == "no" else ""
-            out.append(
-                {
-                    "model": model,
-                    "real": name,
-                    "version": str(r["version"]),
-                    "faults": r["faults"],
-                    "anomaly": r["anomaly"],
-                    "model_verdict": m["verdict"],
-                    "real_verdict": r["verdict"],
-                    "model_rate": _rate(m),
-                    "model_ci": _ci(m),
-                    "real_rate": _rate(r),
-                    "real_ci": _ci(r),
-                    "model_mode": str(m["mode"]),
-                    "real_mode": str(r["mode"]),
-                    "agree": agree,
-                    "resolution": why or ("unresolved" if agree == "no" else ""),
-                }
-            )
-    return out
-
-
-def render_agreement(
-    table: Sequence[Mapping[str, str]],
-    *,
-    budget: str,
-    missing: Sequence[str],
-    seconds: float | None = None,
-) -> str:
-    counts = {k: sum(1 for r in table if r["agree"] == k) for k in ("yes", "no", "not compared")}
-    lines = [
-        "# Model verdicts against real verdicts",
-        "",
-        f"Generated by `toki matrix --real` (real budget `{budget}`, `matrix.toml`): every cell "
-        "of a real row (the library itself, `toki.real`) beside the cell of the model row it "
-        "stands beside, judged by the same rules (`docs/verdict-matrix.md`) on the same "
-        "workloads, fault settings and judge draws. Agree: both admit, or neither found the "
-        "anomaly (excludes / not found); abstains and undecided cells are not compared. Rates "
-        "are not comparable number for number: a real schedule has many more steps (gate "
-        "points) than the model's, so the fractions of runs differ; the verdicts compare.",
-        "",
-        f"{counts['yes']} cells agree, {counts['no']} disagree, {counts['not compared']} "
-        "not compared.",
-        "",
-    ]
-    if missing:
-        lines += ["Real rows missing (no environment):", ""]
-        lines += [f"- {m}" for m in missing]
-        lines.append("")
-    lines += [
-        "| model | real | version | faults | anomaly | model | rate | real | rate | agree |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in table:
-        lines.append(
-            f"| {r['model']} | {r['real']} | {r['version']} | {r['faults']} | {r['anomaly']} | "
-            f"{r['model_verdict']} ({r['model_mode']}) | {r['model_rate']} {r['model_ci']} | "
-            f"{r['real_verdict']} ({r['real_mode']}) | {r['real_rate']} {r['real_ci']} | "
-            f"{r['agree']} |"
-        )
-    lines.append("")
-    disagreements = [r for r in table if r["agree"] == "no"]
-    lines += ["## Disagreements and their resolution", ""]
-    if not disagreements:
-        lines.append("None.")
-    for r in disagreements:
-        lines.append(
-            f"- **{r['real']} {r['anomaly']} ({r['faults']})**: model {r['model_verdict']}, "
-            f"real {r['real_verdict']}. {r['resolution']}"
-        )
-    lines.append("")
-    return "\n".join(lines)
-
-
-def write_agreement(folder: Path, table: Sequence[Mapping[str, str]], **kw: Any) -> None:
-    with open(folder / "agreement.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(AGREEMENT_COLUMNS), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(table)
-    (folder / "agreement.md").write_text(render_agreement(table, **kw))
+@dataclass(frozen=True, slots=True)
+class RealRun:
+    rows: list[dict[str, Any]]  # model rows with each model's real rows after them
+    notes: list[str]
+    records: list[dict[str, Any]]  # the real tasks' records
+    pairs: list[tuple[str, str]]  # (model, real system) that ran
+    missing: list[str]  # one line per real system without an environment

@@ -30,8 +30,11 @@ read of i sees, per level (plain read at r; the conditional update at w):
   committed before w.
 - SNAPSHOT: both see the transactions committed before s (one snapshot) and two committed
   writers of one resource are not concurrent (NOCONFLICT, first committer wins).
-- SERIALIZABLE: total visibility: i sees exactly the committed transactions that end before
-  it (commit order is the serial order).
+- SERIALIZABLE: what PostgreSQL's serializable snapshot isolation guarantees: snapshot
+  isolation's reads and NOCONFLICT, and SOME total order of the committed transactions
+  explains every read (their dependency graph is acyclic, Adya's PL-3;
+  `toki.formal.dsg`). That order need not be the commit order: replay, which re-runs the
+  log in commit order, may decide otherwise (N1).
 
 Operators (one valid-time point, decided separately as `toki.algebra.allocate` does): LWW
 takes the head iff it is empty or its (recorded_at, id) is smaller; AWAIT holds a claim whose
@@ -66,6 +69,7 @@ OPERATORS = ("LWW", "EWM", "AWAIT", "RULE")
 VERSION = z3.IntSort()
 TIME = z3.IntSort()  # valid time and system time are both integer ticks
 NONE = -1  # "no claim" (an empty head, no audit row)
+SNAPSHOT_READS = (Isolation.SNAPSHOT, Isolation.SERIALIZABLE)
 
 View = Callable[[int, int], z3.BoolRef]
 Serial = tuple[z3.BoolRef, list[z3.BoolRef], list[z3.ArithRef] | None]
@@ -147,10 +151,15 @@ class History:
         self.end = z3.Function(f"end{t}", VERSION, TIME)
         self.committed = z3.Function(f"committed{t}", VERSION, z3.BoolSort())
         self.axioms: list[z3.BoolRef] = []
+        self.serial_pos: z3.FuncDeclRef | None = None  # SERIALIZABLE's order (dsg.py)
         self._base_axioms()
         self.live = self._run(self._plain_view, self._locked_view, "live", dirty=True)
         self.replay = self._run(self._serial_view, self._serial_view, "replay", dirty=False)
         self._lock_axioms()
+        if level is Isolation.SERIALIZABLE:
+            from toki.formal.dsg import serial_order_axioms
+
+            self.axioms += serial_order_axioms(self)
 
     # -- attributes --------------------------------------------------------------------
 
@@ -199,6 +208,18 @@ class History:
             out.append({i: st[i].pol for i in self.txns})
         return out
 
+    def _writers(self, st: dict[int, Step]) -> dict[Any, dict[int, z3.BoolRef]]:
+        """Each resource a read can name, with its writers: the head, ev[v], the policy
+        row, and "claims" (the rows the policy transaction selects: every claim writes the
+        head or an audit row)."""
+        out: dict[Any, dict[int, z3.BoolRef]] = {"head": {i: st[i].head for i in self.txns}}
+        for v in range(self.values):
+            out[("ev", v)] = {i: st[i].ev[v] for i in self.claims}
+        if self.P is not None:
+            out["pol"] = {i: st[i].pol for i in self.txns}
+            out["claims"] = {i: z3.BoolVal(True) for i in self.claims}
+        return out
+
     def _lock_axioms(self) -> None:
         st: dict[int, Step] = self.live["steps"]
         a = self.axioms
@@ -212,7 +233,7 @@ class History:
                         z3.Or(self.write(i) < self.write(j), self.end(j) < self.write(i)),
                     )
                 )
-            if self.level is Isolation.SNAPSHOT and self.variant.no_conflict:
+            if self.level in SNAPSHOT_READS and self.variant.no_conflict:
                 for i, j in itertools.combinations(writers, 2):
                     a.append(
                         z3.Implies(
@@ -231,9 +252,8 @@ class History:
             )
         if lvl is Isolation.READ_COMMITTED:
             return z3.And(self.com(j), self.end(j) < self.read(i))
-        if lvl is Isolation.SNAPSHOT:
-            return z3.And(self.com(j), self.end(j) < self.begin(i))
-        return self._serial_view(j, i)
+        # SNAPSHOT and SERIALIZABLE (SSI reads its snapshot; the serial order is an axiom)
+        return z3.And(self.com(j), self.end(j) < self.begin(i))
 
     def _locked_view(self, j: int, i: int) -> z3.BoolRef:
         """What the head's conditional update at w evaluates its predicate on: the newest
@@ -249,6 +269,7 @@ class History:
         return self._plain_view(j, i)
 
     def _serial_view(self, j: int, i: int) -> z3.BoolRef:
+        """Replay's view: the log re-run serially in commit order."""
         return z3.And(self.com(j), self.end(j) < self.end(i))
 
     # -- reading a resource ------------------------------------------------------------
@@ -324,6 +345,9 @@ class History:
             gone = hl if self.variant.audit_from_write and self.variant.locked_decision else hp
             s = st[i]
             reads[i] = {"head_read": hp, "head_write": hl}
+            # every read statement, as (resource, view), for the dependency graph
+            of: list[tuple[Any, View]] = [("head", pv), ("head", lv)]
+            reads[i]["of"] = of
             if i == self.P:
                 # the policy transaction: reads the claims, picks the best under π1
                 best: z3.ArithRef = z3.IntVal(NONE)
@@ -336,6 +360,7 @@ class History:
                 pb = z3.Int(f"pbest{t}")
                 cons.append(pb == best)
                 take = z3.And(pb != NONE, pb != h)
+                reads[i]["update"] = pb != NONE
                 cons += [
                     s.head == take,
                     s.holder == pb,
@@ -347,6 +372,7 @@ class History:
                     s.newest[1] == NONE,
                 ]
                 reads[i]["best"] = pb
+                of.append(("claims", pv))
                 continue
             mine = self.val(i)
             held: z3.BoolRef = z3.BoolVal(False)
@@ -355,13 +381,18 @@ class History:
             newest: tuple[z3.ArithRef, z3.ArithRef] = (z3.IntVal(NONE), z3.IntVal(NONE))
             if self.op == "LWW":
                 take = z3.Or(h == NONE, lex_gt(self.stamp(i), self.stamp(h)))
+                reads[i]["update"] = z3.BoolVal(self.variant.locked_decision)
             elif self.op == "RULE":
                 pol = pv(self.P, i) if self.P is not None else z3.BoolVal(False)
                 reads[i]["policy"] = pol
+                if self.P is not None:
+                    of.append(("pol", pv))
                 take = z3.Or(h == NONE, lex_gt(self._rank(i, pol), self._rank(h, pol)))
+                reads[i]["update"] = z3.BoolVal(self.variant.locked_decision)
             elif self.op == "AWAIT":
                 refused = z3.And(hp != NONE, self.val(hp) != mine)
                 take = z3.And(z3.Not(refused), z3.Or(h == NONE, self.val(h) == mine))
+                reads[i]["update"] = z3.Not(refused)
                 held = z3.Not(take)
             else:  # EWM: registers ev[v] = (total, newest stamp), plain reads at r
                 tot: dict[int, z3.ArithRef] = {}
@@ -374,6 +405,7 @@ class History:
                         self._pick(cases, lambda j: st[j].newest[1], z3.IntVal(NONE)),
                     )
                 reads[i]["totals"] = tot
+                of += [(("ev", v), pv) for v in V]
                 my_t = self._by_value(mine, tot) + self.weight(i)
                 my_n0, my_n1 = (
                     self._by_value(mine, {v: new[v][0] for v in V}),
@@ -397,6 +429,7 @@ class History:
                     ]
                 )
                 take = z3.And(wins, z3.Or(h == NONE, self.val(h) != mine))
+                reads[i]["update"] = wins
             displaced = z3.If(self.variant.audit_write, gone, z3.IntVal(NONE))
             cons += [
                 s.head == take,
@@ -422,6 +455,7 @@ class History:
         out: dict[str, Any] = {
             "steps": st,
             "reads": reads,
+            "writers": self._writers(st),
             "head": fh,
             "audited": audited,
             "held": held_rows,
@@ -453,97 +487,13 @@ class History:
             for j, c in cw.items()
         ]
 
-    # -- serial outcomes ---------------------------------------------------------------
+    # -- serial outcomes (toki/formal/serial.py) -------------------------------------
 
     def serial_beliefs(self) -> list[Serial]:
-        """Every belief a serial execution of the committed transactions can end in, each
-        with the condition under which that execution exists.
+        """Every belief a serial execution of the committed transactions can end in."""
+        from toki.formal.serial import serial_beliefs
 
-        LWW: the newest committed claim (max is a join: order-free, proofs/lift_*). EWM: the
-        value with the largest summed evidence, ties to the newest (sums commute). AWAIT:
-        the first claim stays (any committed claim can be first). RULE with a policy
-        change: one fold per order, (k+1)! of them."""
-        V = range(self.values)
-        C = self.claims
-        if self.op == "LWW":
-            best = [
-                z3.And(
-                    self.com(j),
-                    *[
-                        z3.Implies(self.com(m), lex_gt(self.stamp(j), self.stamp(m)))
-                        for m in C
-                        if m != j
-                    ],
-                )
-                for j in C
-            ]
-            belief = [z3.Or(*[z3.And(best[j], self.val(j) == v) for j in C]) for v in V]
-            return [(z3.BoolVal(True), belief, None)]
-        if self.op == "EWM":
-            sums = [
-                z3.Sum(
-                    *[z3.If(z3.And(self.com(j), self.val(j) == v), self.weight(j), 0) for j in C]
-                )
-                for v in V
-            ]
-            belief = []
-            for v in V:
-                wins = [
-                    z3.Or(sums[v] > sums[u], z3.And(sums[v] == sums[u], self._newer(v, u)))
-                    for u in V
-                    if u != v
-                ]
-                belief.append(z3.And(sums[v] > 0, *wins))
-            return [(z3.BoolVal(True), belief, sums)]
-        if self.op == "AWAIT":
-            none = z3.Not(z3.Or(*[self.com(j) for j in C]))
-            outs: list[Serial] = [(none, [z3.BoolVal(False) for _ in V], None)]
-            return outs + [(self.com(j), [self.val(j) == v for v in V], None) for j in C]
-        orders = itertools.permutations(self.txns)
-        return [(z3.BoolVal(True), self._rule_fold(order), None) for order in orders]
-
-    def _newer(self, v: int, u: int) -> z3.BoolRef:
-        """v's newest committed evidence is newer than u's (u may have none)."""
-        return z3.Or(
-            *[
-                z3.And(
-                    self.com(c),
-                    self.val(c) == v,
-                    *[
-                        z3.Implies(
-                            z3.And(self.com(d), self.val(d) == u),
-                            lex_gt(self.stamp(c), self.stamp(d)),
-                        )
-                        for d in self.claims
-                        if d != c
-                    ],
-                )
-                for c in self.claims
-            ]
-        )
-
-    def _rule_fold(self, order: Sequence[int]) -> list[z3.BoolRef]:
-        """RULE run serially in `order` (aborted transactions skipped): the head's claim."""
-        head: z3.ArithRef = z3.IntVal(NONE)
-        pol: z3.BoolRef = z3.BoolVal(False)
-        applied: list[int] = []
-        for i in order:
-            c = self.com(i)
-            if i == self.P:
-                best: z3.ArithRef = z3.IntVal(NONE)
-                for a in applied:
-                    better = z3.And(
-                        self.com(a),
-                        z3.Or(best == NONE, lex_gt(self._rank(a, True), self._rank(best, True))),
-                    )
-                    best = z3.If(better, z3.IntVal(a), best)
-                head = z3.If(z3.And(c, best != NONE), best, head)
-                pol = z3.Or(pol, c)
-                continue
-            take = z3.Or(head == NONE, lex_gt(self._rank(i, pol), self._rank(head, pol)))
-            head = z3.If(z3.And(c, take), z3.IntVal(i), head)
-            applied.append(i)
-        return [z3.And(head != NONE, self.val(head) == v) for v in range(self.values)]
+        return serial_beliefs(self)
 
     # -- anomalies ---------------------------------------------------------------------
 
@@ -580,51 +530,6 @@ class History:
         """Audit erasure: a committed claim is in no row (head, audit, held)."""
         return z3.Or(*[z3.And(self.com(j), z3.Not(self.in_rows(j))) for j in self.claims])
 
-    # -- non-triviality (premise witnesses) --------------------------------------------
-
-    def conflicting_pairs(self) -> list[tuple[tuple[int, int], z3.BoolRef]]:
-        """Pairs of committed claim transactions that overlap in time and conflict (write a
-        common resource in the live run, or claim different values)."""
-        st: dict[int, Step] = self.live["steps"]
-        out = []
-        for i, j in itertools.combinations(self.claims, 2):
-            common = [z3.And(st[i].head, st[j].head)] + [
-                z3.And(st[i].ev[v], st[j].ev[v]) for v in range(self.values)
-            ]
-            conflict = z3.Or(self.val(i) != self.val(j), *common)
-            out.append(((i, j), z3.And(self.com(i), self.com(j), self.overlap(i, j), conflict)))
-        return out
-
-    def nontrivial(self) -> z3.BoolRef:
-        """At least one overlapping committed conflicting pair; with a policy change, a
-        committed policy change overlapping a committed claim."""
-        parts = [z3.Or(*[c for _, c in self.conflicting_pairs()])]
-        if self.P is not None:
-            parts.append(
-                z3.And(
-                    self.com(self.P),
-                    z3.Or(*[z3.And(self.com(c), self.overlap(c, self.P)) for c in self.claims]),
-                )
-            )
-        return z3.And(*parts)
-
-    def witness_summary(self, m: z3.ModelRef) -> dict[str, Any]:
-        def ev(e: Any) -> bool:
-            return bool(z3.is_true(m.eval(e, model_completion=True)))
-
-        pairs = [f"T{i}-T{j}" for (i, j), c in self.conflicting_pairs() if ev(c)]
-        out: dict[str, Any] = {
-            "committed": sum(ev(self.com(i)) for i in self.txns),
-            "overlapping_conflicting_committed_pairs": len(pairs),
-            "pairs": pairs,
-        }
-        if self.P is not None:
-            out["policy_concurrent_with_claims"] = sum(
-                ev(z3.And(self.com(self.P), self.com(c), self.overlap(c, self.P)))
-                for c in self.claims
-            )
-        return out
-
     def bounds(self) -> dict[str, Any]:
         return {
             "k": self.k,
@@ -635,146 +540,16 @@ class History:
             "level": self.level.value,
         }
 
-    # -- counterexamples as data -------------------------------------------------------
+    # -- counterexamples as data (toki/formal/scenario.py) ----------------------------
 
     def describe(self, m: z3.ModelRef) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(raw model, scenario) for a counterexample: see `to_scenario`."""
-        from toki.formal.prover import as_json
+        """(raw model, scenario) for a counterexample or a witness."""
+        from toki.formal.scenario import describe
 
-        def ev(e: Any) -> Any:
-            return as_json(m.eval(e, model_completion=True))
-
-        raw: dict[str, Any] = {}
-        for name, f in (
-            ("value", self.value),
-            ("weight", self.weight),
-            ("recorded_at", self.recorded),
-            ("id", self.vid),
-            ("source", self.source),
-            ("valid_from", self.valid_from),
-            ("valid_to", self.valid_to),
-        ):
-            raw[name] = {str(i): ev(f(i)) for i in self.claims}
-        for name, f in (
-            ("begin", self.begin),
-            ("read", self.read),
-            ("write", self.write),
-            ("end", self.end),
-            ("committed", self.committed),
-        ):
-            raw[name] = {str(i): ev(f(i)) for i in self.txns}
-        raw["valid_point"] = ev(self.point)
-        return raw, self.to_scenario(m)
+        return describe(self, m)
 
     def to_scenario(self, m: z3.ModelRef) -> dict[str, Any]:
-        """A counterexample as a small concrete scenario (format: docs/proofs.md)."""
-        from toki.formal.prover import as_json
+        """A model as a small concrete scenario (format: docs/proofs.md)."""
+        from toki.formal.scenario import to_scenario
 
-        def ev(e: Any) -> Any:
-            return as_json(m.eval(e, model_completion=True))
-
-        def name(i: int) -> str:
-            return "P" if i == self.P else f"T{i}"
-
-        def claim(i: Any) -> str | None:
-            return None if i == NONE else f"T{i}"
-
-        claims = [
-            {
-                "txn": name(i),
-                "id": ev(self.vid(i)),
-                "value": ev(self.value(i)),
-                "weight": ev(self.weight(i)),
-                "weight_q": _fraction(m.eval(self.weight(i), model_completion=True)),
-                "recorded_at": ev(self.recorded(i)),
-                "source": ev(self.source(i)),
-                "valid": [ev(self.valid_from(i)), ev(self.valid_to(i))],
-            }
-            for i in self.claims
-        ]
-        lv = self.live
-        st: dict[int, Step] = lv["steps"]
-        steps: list[tuple[int, dict[str, Any]]] = []
-        for i in self.txns:
-            rd = lv["reads"][i]
-            read: dict[str, Any] = {
-                "txn": name(i),
-                "op": "read",
-                "head": claim(ev(rd["head_read"])),
-            }
-            if "totals" in rd:
-                read["totals"] = {str(v): ev(x) for v, x in rd["totals"].items()}
-            if "policy" in rd:
-                read["policy"] = 1 if ev(rd["policy"]) else 0
-            if "best" in rd:
-                read["claims"] = [name(c) for c in self.claims if ev(lv["pv"](c, i))]
-                read["best"] = claim(ev(rd["best"]))
-            write = {
-                "txn": name(i),
-                "op": "write",
-                "head_seen": claim(ev(rd["head_write"])),
-                "takes_head": bool(ev(st[i].head)),
-                "audit": claim(ev(st[i].audit)),
-                "held": bool(ev(st[i].held)),
-            }
-            steps.append((ev(self.begin(i)), {"txn": name(i), "op": "begin"}))
-            steps.append((ev(self.read(i)), read))
-            steps.append((ev(self.write(i)), write))
-            end = "commit" if ev(self.committed(i)) else "abort"
-            steps.append((ev(self.end(i)), {"txn": name(i), "op": end}))
-        steps.sort(key=lambda s: s[0])
-        schedule = [dict(step, t=t) for t, step in steps]
-
-        def belief(run: dict[str, Any]) -> dict[str, Any]:
-            out: dict[str, Any] = {
-                "current": [v for v in range(self.values) if ev(run["belief"][v])]
-            }
-            if "totals" in run:
-                out["totals"] = {str(v): ev(x) for v, x in enumerate(run["totals"])}
-            return out
-
-        rows: dict[str, str] = {}
-        for j in self.claims:
-            if not ev(self.committed(j)):
-                continue
-            kind = "none"
-            if ev(lv["head"]) == j:
-                kind = "head"
-            elif ev(lv["audited"][j]):
-                kind = "audit"
-            elif ev(lv["held"][j]):
-                kind = "held"
-            rows[name(j)] = kind
-        serial = []
-        for g, b, totals in self.serial_beliefs():
-            if not ev(g):
-                continue
-            entry: dict[str, Any] = {"current": [v for v in range(self.values) if ev(b[v])]}
-            if totals is not None:
-                entry["totals"] = {str(v): ev(x) for v, x in enumerate(totals)}
-            if entry not in serial:
-                serial.append(entry)
-        scenario: dict[str, Any] = {
-            "format": "toki-proof-scenario/2",
-            "operator": self.op,
-            "level": self.level.value,
-            "values": self.values,
-            "variant": {
-                f: getattr(self.variant, f)
-                for f in ("no_conflict", "audit_write", "locked_decision", "audit_from_write")
-            },
-            "claims": claims,
-            "schedule": schedule,
-            "rows": rows,
-            "final": belief(lv),
-            "replay": belief(self.replay),
-            "serial": serial,
-            "anomalies": {
-                "N1": bool(ev(self.n1())),
-                "N2": bool(ev(self.n2())),
-                "N3": bool(ev(self.n3())),
-            },
-        }
-        if self.P is not None:
-            scenario["policy_change"] = {"txn": "P", "from": "prefer s0", "to": "prefer s1"}
-        return scenario
+        return to_scenario(self, m)

@@ -53,6 +53,7 @@ def refute(
     notes: str = "",
     nontrivial: z3.BoolRef | None = None,
     summarize: Callable[[z3.ModelRef], dict[str, Any]] | None = None,
+    witness: Callable[[Sequence[z3.BoolRef]], dict[str, Any]] | None = None,
 ) -> ProofResult:
     """Check premises ∧ ¬claim: unsat → proved; sat → counterexample (with its model and
     scenario from `describe`); unknown (timeout) → unknown.
@@ -60,7 +61,8 @@ def refute(
     A proved statement is then checked for vacuity: z3 must find a model of premises ∧
     `nontrivial` (a history worth proving something about), summarised by `summarize` as
     the `premise_witness`; without one the status is VACUOUS. Pass `nontrivial` for every
-    statement with premises (True stands for "no premises to check")."""
+    statement with premises (True stands for "no premises to check"), or `witness`, which
+    finds (and checks) the witness itself from the premises (`toki.formal.witness.find`)."""
     solver = z3.Solver()
     solver.set("timeout", TIMEOUT_MS)
     solver.add(*premises)
@@ -82,13 +84,16 @@ def refute(
     else:
         status = Status.UNKNOWN
         notes = (notes + " " if notes else "") + f"z3: {solver.reason_unknown()}"
-    witness: dict[str, Any] | None = None
-    if status is Status.PROVED and nontrivial is not None:
-        witness, seconds_w = premise_witness(premises, nontrivial, summarize)
+    found: dict[str, Any] | None = None
+    if status is Status.PROVED and witness is not None:
+        found = witness(premises)
+        seconds += float(found.get("seconds", 0.0))
+    elif status is Status.PROVED and nontrivial is not None:
+        found, seconds_w = premise_witness(premises, nontrivial, summarize)
         seconds += seconds_w
-        if not witness["exists"]:
-            status = Status.VACUOUS
-            notes = (notes + " " if notes else "") + "premises admit only trivial histories"
+    if found is not None and not found["exists"]:
+        status = Status.VACUOUS
+        notes = (notes + " " if notes else "") + "premises admit only trivial histories"
     return ProofResult(
         name=name,
         statement=statement,
@@ -100,7 +105,7 @@ def refute(
         scenario=scenario,
         false_variant_of=false_variant_of,
         notes=notes,
-        premise_witness=witness,
+        premise_witness=found,
     )
 
 

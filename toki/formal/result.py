@@ -39,7 +39,7 @@ class ProofResult:
     false_variant_of: str | None = None
     notes: str = ""
     premise_witness: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # statement-specific JSON fields
 
     @property
     def ok(self) -> bool:
@@ -60,4 +60,5 @@ class ProofResult:
             "false_variant_of": self.false_variant_of,
             "notes": self.notes,
             "premise_witness": self.premise_witness,
+            **self.extra,
         }

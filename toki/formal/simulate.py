@@ -2,15 +2,16 @@
 schedule for schedule.
 
 Each transaction of a z3 history (`toki.formal.encoding`) becomes an agent on `SimStore`
-running the same four phases: begin (BEGIN and, at SNAPSHOT, a first statement, which fixes
-the snapshot as PostgreSQL does), read (plain reads of the head, EWM's evidence
-rows, RULE's policy row; the policy transaction selects the claims), write (one conditional
-UPDATE of the head, evaluated and re-checked by the store; EWM's evidence row; the audit or
-held row) and end (COMMIT or ROLLBACK). Rows: ("head",) the head row, ("ev", v) EWM's
-evidence, ("pol",) RULE's policy, ("aud", writer, claim) audit rows, ("held", claim) held
-rows, ("txn", name) the first statement at SNAPSHOT (so the snapshot is taken at z3's
-begin). Every row written carries "by": the writer's name, which names the transaction in
-the store's history (for the commit order).
+running the same four phases: begin (BEGIN and a first statement, which fixes the snapshot at
+z3's begin as PostgreSQL does: at SNAPSHOT a write of a row of its own, at SERIALIZABLE the
+plain read of the head), read (plain reads of the head, EWM's evidence rows, RULE's policy
+row; the policy transaction selects the claims), write (one conditional UPDATE of the head,
+evaluated and re-checked by the store; EWM's evidence row; the audit or held row) and end
+(COMMIT or ROLLBACK). Rows: ("head",)
+the head row, ("ev", v) EWM's evidence, ("pol",) RULE's policy, ("aud", writer, claim) audit
+rows, ("held", claim) held rows, ("txn", name) SNAPSHOT's first statement. Every row written
+carries "by": the writer's name, which names the transaction in the store's history (for
+the commit order).
 
 `replay` runs a counterexample's schedule event for event (it fails if a step would block
 or the store refuses what z3 committed) and reports what every read saw and what the
@@ -48,7 +49,27 @@ from toki.sim.program import (
 )
 from toki.sim.store import OpKind
 
-__all__ = ["Claim", "Outcome", "ReplayError", "Spec", "Txn", "anomalies", "explore", "replay"]
+__all__ = [
+    "Claim",
+    "Outcome",
+    "ReplayError",
+    "Spec",
+    "Txn",
+    "anomalies",
+    "check",
+    "explore",
+    "mismatches",
+    "replay",
+]
+
+READ_FIELDS = (
+    ("head", "head_read"),
+    ("totals", "totals"),
+    ("policy", "policy"),
+    ("claims", "claims"),
+    ("best", "best"),
+)
+WRITE_FIELDS = ("update", "takes_head", "audit", "held")
 
 HEAD: tuple[str] = ("head",)
 POL: tuple[str] = ("pol",)
@@ -148,6 +169,18 @@ def _rank(row: Mapping[str, Any], pol: bool, operator: str) -> tuple[int, ...]:
     return (1 if row["source"] == (1 if pol else 0) else 0, *stamp)
 
 
+def _head_seen(level: Isolation, replaced: Sequence[Any], evaluated: Sequence[Any]) -> Any:
+    """The head the conditional update decided on, read right after it ran (the predicate
+    is called again later by SSI's bookkeeping, on other versions): the row it updated
+    (READ COMMITTED's re-check picks the newest), else the row its scan saw: the snapshot's
+    (the first call at SNAPSHOT and SERIALIZABLE, where SSI's calls follow) or the newest
+    (the last call at READ UNCOMMITTED and READ COMMITTED)."""
+    if replaced:
+        return replaced[-1]["claim"]
+    snapshot = level in (Isolation.SNAPSHOT, Isolation.SERIALIZABLE)
+    return (evaluated[0] if snapshot else evaluated[-1])["claim"]
+
+
 def _agent(spec: Spec, t: Txn) -> Agent:
     """One transaction of the encoded write path; returns what it read and did."""
     op, me = spec.operator, t.name
@@ -160,11 +193,18 @@ def _agent(spec: Spec, t: Txn) -> Agent:
         return failed
 
     yield Begin()
-    if spec.level is Isolation.SNAPSHOT:  # a first statement: the snapshot is z3's, at begin
+    # at SNAPSHOT and SERIALIZABLE the first statement takes the snapshot, which z3 takes at
+    # begin: SNAPSHOT writes a row of its own there; SERIALIZABLE reads the head there (the
+    # same snapshot it would read at r, with no extra step for DPOR to interleave)
+    hp: Any = None
+    if spec.level is Isolation.SNAPSHOT:
         bad((yield Write(("txn", me), {"by": me})))
+    elif spec.level is Isolation.SERIALIZABLE:
+        hp = yield Read(HEAD)
     yield Local("read")
     mine = t.claim.row(me) if t.claim is not None else None
-    hp: Any = yield Read(HEAD)
+    if spec.level is not Isolation.SERIALIZABLE:
+        hp = yield Read(HEAD)
     bad(hp)
     hp = hp if isinstance(hp, dict) else dict(EMPTY)
     seen["head_read"] = hp["claim"]
@@ -191,12 +231,19 @@ def _agent(spec: Spec, t: Txn) -> Agent:
         seen["claims"] = sorted(claims)
     yield Local("write")
     took, held, audit = False, False, None
+    seen["update"] = False
     if not failed:
         replaced: list[Any] = []
+        evaluated: list[Any] = []  # every head row the predicate was called on
 
         def update(pred: Any, new: dict[str, Any]) -> Any:
+            seen["update"] = True
+
             def where(k: Hashable, row: Any) -> bool:
-                return k == HEAD and bool(pred(row))
+                if k != HEAD:
+                    return False
+                evaluated.append(row or EMPTY)
+                return bool(pred(row))
 
             def fn(k: Hashable, row: Any) -> Any:
                 replaced.append(row)
@@ -248,6 +295,8 @@ def _agent(spec: Spec, t: Txn) -> Agent:
                 if wins and not failed:
                     res = yield update(lambda r: r["claim"] is None or r["value"] != c.value, mine)
                     took = bool(res) and not bad(res)
+        if seen["update"] and evaluated:
+            seen["head_seen"] = _head_seen(spec.level, replaced, evaluated)
         if replaced:
             locked = spec.flag("audit_from_write") and spec.flag("locked_decision")
             gone = replaced[-1] if locked else hp
@@ -393,6 +442,47 @@ def replay(scenario: Mapping[str, Any]) -> Outcome:
         if seen[t.name]["committed"] != t.commit:
             raise ReplayError(f"{t.name}: z3 says commit={t.commit}, the simulator disagrees")
     return replace(out, seen=seen)
+
+
+def mismatches(scenario: Mapping[str, Any], out: Outcome) -> list[str]:
+    """Every field z3 chose that the simulator's run does not show: what each read saw
+    (head, totals, policy, the claims and the best the policy transaction saw), whether the
+    conditional update ran and the head it saw (`head_seen`), what each write did. A
+    transaction the store refused is only ever one z3 aborts too: its writes are not
+    compared."""
+    out_list = []
+    for step in scenario["schedule"]:
+        seen = out.seen[step["txn"]]
+        if step["op"] == "read":
+            for key, mine in READ_FIELDS:
+                if key in step and step[key] != seen.get(mine):
+                    out_list.append(
+                        f"{step['txn']} read {key}: z3 {step[key]}, sim {seen.get(mine)}"
+                    )
+        if step["op"] == "write" and not seen["refused"]:
+            keys = [k for k in WRITE_FIELDS if k in step]
+            if step.get("update") and seen.get("update"):
+                keys.append("head_seen")
+            for key in keys:
+                if step[key] != seen.get(key):
+                    out_list.append(
+                        f"{step['txn']} write {key}: z3 {step[key]}, sim {seen.get(key)}"
+                    )
+    return out_list
+
+
+def check(scenario: Mapping[str, Any]) -> dict[str, Any]:
+    """`scenario` replayed event for event and compared field by field: {"agree", "sim",
+    "mismatches"} (or "error" when the schedule cannot run in the simulator)."""
+    row: dict[str, Any] = {"z3": scenario.get("anomalies")}
+    try:
+        sim = replay(scenario)
+    except AssertionError as exc:
+        row.update(sim=None, agree=False, error=str(exc))
+        return row
+    bad = mismatches(scenario, sim)
+    row.update(sim=sim.anomalies, mismatches=bad, agree=not bad and sim.anomalies == row["z3"])
+    return row
 
 
 def explore(

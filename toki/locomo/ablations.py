@@ -36,6 +36,8 @@ from toki.experiments.stats import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     bootstrap_mean_ci,
+    cluster_bootstrap_ci,
+    cluster_sign_flip_p,
     compare_paired,
     holm,
     wilson_interval,
@@ -116,6 +118,7 @@ def score_rows(
         "ci_low": ci.low,
         "ci_high": ci.high,
         "ci_method": method,
+        "ci_level": 1 - ci.alpha,
     }
 
 
@@ -148,6 +151,7 @@ def comparison_row(
         "ci_low": c.diff.low,
         "ci_high": c.diff.high,
         "ci_method": "paired bootstrap",
+        "ci_level": 1 - c.diff.alpha,
         "n10": c.n10,
         "n01": c.n01,
         "mcnemar_p": c.mcnemar_p,
@@ -246,10 +250,12 @@ def _variant_rows(
             for v, rs in results.items()
         }
         extra = {"no_verdict": n - len(idx)} if binary else {}
+        clusters = [results[reference][i].sample_id for i in idx]
         for v in names:
             rows.append(
                 score_rows(ablation, v, slice_, category, values[v], binary=binary,
                            metric=metric, seed=seed, resamples=resamples) | extra
+                | conversation_interval(values[v], clusters, seed, resamples)
             )  # fmt: skip
         for v in names:
             if v != reference:
@@ -257,8 +263,40 @@ def _variant_rows(
                     comparison_row(ablation, reference, v, slice_, category, values[reference],
                                    values[v], metric=metric, seed=seed, resamples=resamples)
                     | extra
+                    | conversation_test(values[reference], values[v], clusters, seed, resamples)
                 )  # fmt: skip
     return rows
+
+
+def conversation_interval(
+    scores: Sequence[float], clusters: Sequence[str], seed: int, resamples: int
+) -> dict[str, Any]:
+    """The score's interval with the conversation as the unit (cluster bootstrap): the
+    questions of one conversation share its memory, so they are not independent."""
+    ci = cluster_bootstrap_ci(scores, clusters, seed=seed, resamples=resamples)
+    return {
+        "ci_unit": "question",
+        "conversations": len(set(clusters)),
+        "conv_ci_low": ci.low,
+        "conv_ci_high": ci.high,
+    }
+
+
+def conversation_test(
+    a: Sequence[float], b: Sequence[float], clusters: Sequence[str], seed: int, resamples: int
+) -> dict[str, Any]:
+    """a − b with the conversation as the unit: a cluster-bootstrap interval of the mean
+    difference and an exact sign-flip permutation p over conversations (the primary test;
+    McNemar over questions stays as the secondary, question-level one)."""
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    ci = cluster_bootstrap_ci(diffs, clusters, seed=seed, resamples=resamples)
+    return {
+        "ci_unit": "question",
+        "conversations": len(set(clusters)),
+        "conv_ci_low": ci.low,
+        "conv_ci_high": ci.high,
+        "conv_p": cluster_sign_flip_p(diffs, clusters, seed=seed, resamples=resamples),
+    }
 
 
 def check_row(
@@ -285,13 +323,18 @@ def check_row(
 
 
 def apply_holm(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Holm-adjust the McNemar p of every comparison row as one family (`holm_p`, and the
-    family's size in `family_size`); other rows are returned unchanged."""
+    """Holm-adjust the p of every comparison row as one family (`family_size`): the
+    conversation-level permutation p (`holm_p`, the primary test) and the question-level
+    McNemar p (`question_holm_p`, secondary); other rows are returned unchanged."""
     idx = [i for i, r in enumerate(rows) if r.get("kind") == "comparison"]
-    adjusted = holm([rows[i]["mcnemar_p"] for i in idx]) if idx else []
     out = [dict(r) for r in rows]
-    for i, p in zip(idx, adjusted, strict=True):
+    if not idx:
+        return out
+    conv = holm([rows[i].get("conv_p", rows[i]["mcnemar_p"]) for i in idx])
+    question = holm([rows[i]["mcnemar_p"] for i in idx])
+    for i, p, q in zip(idx, conv, question, strict=True):
         out[i]["holm_p"] = p
+        out[i]["question_holm_p"] = q
         out[i]["family_size"] = len(idx)
     return out
 
@@ -478,6 +521,7 @@ def _slice_rows(
                 rows.append(
                     score_rows(ablation, v, slice_, "all", xs, binary=True, metric="accuracy",
                                seed=seed, resamples=resamples)
+                    | conversation_interval(xs, [q.sample_id for q in qs], seed, resamples)
                 )  # fmt: skip
     return rows
 

@@ -354,9 +354,22 @@ def _ablation_line(r: dict[str, Any]) -> str:
         )
     if r["kind"] == "comparison":
         holm = f" Holm p={r['holm_p']:.2g}" if "holm_p" in r else ""
+        if "conv_p" in r:  # the conversation as the unit; McNemar over questions secondary
+            return (
+                f"{head} {r['variant']} - {r['baseline']}{metric}: {f(r['score'])} "
+                f"[{f(r['conv_ci_low'])}, {f(r['conv_ci_high'])}] over "
+                f"{r['conversations']} conversations, permutation p={r['conv_p']:.2g}{holm}; "
+                f"questions: McNemar p={r['mcnemar_p']:.2g} power={f(r['power_mcnemar'])}"
+            )
         return (
             f"{head} {r['variant']} - {r['baseline']}{metric}: {f(r['score'])} "
             f"[{f(r['ci_low'])}, {f(r['ci_high'])}] McNemar p={r['mcnemar_p']:.2g}{holm} "
             f"power={f(r['power_mcnemar'])}"
+        )
+    if "conv_ci_low" in r:
+        return (
+            f"{head} {r['variant']}{metric}: {f(r['score'])} "
+            f"[{f(r['conv_ci_low'])}, {f(r['conv_ci_high'])}] over {r['conversations']} "
+            "conversations"
         )
     return f"{head} {r['variant']}{metric}: {f(r['score'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]"

@@ -18,17 +18,28 @@ means what a model row means:
   (its current memories, history or audit rows).
 
 These small functions are the only place the real layer calls the checkers, so a change of
-their definitions lands here.
+their definitions lands here. The checks on derived state (lost update, forked history,
+response and index divergence, resurrection, scope leak, duplicate) are in
+`toki/real/derived.py`; `check_real` runs them by name too.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from toki.canonical import canonical_json
 from toki.check.anomalies import Verdict, n3_erasure
 from toki.real.adapter import Picker, RealSystem
-from toki.real.driver import RealRun, SerialCache, serial_beliefs, serial_orders
+from toki.real.derived import DERIVED, check_derived, duplicated_texts
+from toki.real.driver import (
+    RealRun,
+    SerialCache,
+    run_serially,
+    serial_beliefs,
+    serial_orders,
+)
 from toki.sim.explore import Run
 from toki.sim.program import CRASHED
 from toki.sim.store import Op, OpKind
@@ -36,6 +47,7 @@ from toki.sim.workload import SimClaim, Workload
 from toki.systems.base import Beliefs, SimJudge, SystemModel, belief_hash
 
 __all__ = [
+    "ALL_CHECKS",
     "ANOMALIES",
     "RealView",
     "check_real",
@@ -46,6 +58,7 @@ __all__ = [
 ]
 
 ANOMALIES = ("N1", "RD", "N2", "N3")
+ALL_CHECKS = (*ANOMALIES, *DERIVED)
 OBS = ("real", "observation")
 SERIAL_LIMIT = 720  # serial orders compared at most; beyond that N2 is undecided
 
@@ -214,7 +227,16 @@ def check_real(
     recovery: Picker,
     anomalies: Sequence[str] = ANOMALIES,
 ) -> dict[str, Verdict]:
-    out = {}
+    out: dict[str, Verdict] = {}
+    if getattr(workload, "family", None) is not None:  # an OpProgram: no claims
+        for name in [a for a in anomalies if a in ANOMALIES]:
+            out[name] = Verdict(
+                name,
+                False,
+                ran=False,
+                details={"abstains": "defined over claims; a program of operations has none"},
+            )
+        anomalies = [a for a in anomalies if a not in ANOMALIES]
     if {"N1", "RD"} & set(anomalies):
         n1, rd = recovery_checks(system, workload, rr, serial.judge, recovery)
     for name in anomalies:
@@ -226,6 +248,34 @@ def check_real(
             out[name] = n2(system, workload, rr, serial)
         elif name == "N3":
             out[name] = n3(system, workload, rr)
+        elif name in DERIVED:
+            out[name] = check_derived(name, rr.observation, lambda: serial_duplicates(serial))
         else:
-            raise ValueError(f"anomaly: unknown anomaly {name!r} (use N1, RD, N2, N3)")
+            raise ValueError(f"anomaly: unknown anomaly {name!r} (use {', '.join(ALL_CHECKS)})")
+    return out
+
+
+def serial_duplicates(serial: SerialCache) -> list[set[str] | None]:
+    """The duplicated (scope, text) pairs of each serial run of the workload's steps, in
+    every order that keeps each agent's own (what `duplicate` compares with). Memoised in
+    the serial cache (under a key of its own) across the runs of one exploration."""
+    expand = getattr(serial.workload, "serial_inboxes", None)  # an OpProgram's batch steps
+    inboxes = serial.workload.inboxes if expand is None else expand()
+    orders = serial_orders(inboxes, SERIAL_LIMIT)
+    if orders is None:
+        return [None]
+    out: list[set[str] | None] = []
+    for order in orders:
+        key = ("derived:duplicate", *(canonical_json(c.to_json()) for c in order))
+        found = serial.hashes.get(key)
+        if found is None:
+            obs = run_serially(
+                serial.system, serial.session, serial.workload, order, serial.judge, serial.seed
+            )
+            dups = duplicated_texts(obs)
+            found = canonical_json(None if dups is None else sorted(dups))
+            serial.hashes[key] = found
+            serial.runs += 1
+        got = json.loads(found)
+        out.append(None if got is None else set(got))
     return out

@@ -5,6 +5,8 @@
     toki real run SYSTEM --workload manager --strategy dpor --budget N --seed S
                   [--faults crash:1] [--check] [--json] [--out DIR]
     toki real replay WITNESS [--json]
+    toki real scenarios [--json] [--run [--out DIR]]
+    toki real scenario NAME [--fixed] [--json] [--out DIR]
 
 Real runs write only into --out (default: a new folder under ./toki-out, printed), never
 anywhere else.
@@ -210,6 +212,59 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0 if verdict.found else 1
 
 
+def _cmd_scenarios(args: argparse.Namespace) -> int:
+    from toki.real.scenario import load_scenarios, run_corpus
+
+    if args.run:
+        out = out_dir(args.out, "scenarios")
+        results = run_corpus(load_scenarios(), out, gate_timeout=args.gate_timeout)
+        results["out"] = str(out)
+        if args.json:
+            _print(results)
+        else:
+            for r in results["runs"]:
+                verdict = "clean" if r["fixed"] else "reproduced"
+                ok = r["clean"] if r["fixed"] else r["reproduced"]
+                print(
+                    f"{r['scenario']:40} {r['system']:32} {verdict}: {ok} "
+                    f"({r['schedules']} schedules, {r['seconds']} s)"
+                )
+            print(f"results: {out / 'scenarios.json'}")
+        return 0 if results["ok"] else 1
+    rows = [s.describe() for s in load_scenarios()]
+    if args.json:
+        _print(
+            {
+                "scenarios": rows,
+                "listed": len(rows),
+                "reproduced": sum(1 for r in rows if r["reproduced"]),
+            }
+        )
+    else:
+        for r in rows:
+            state = "reproduced" if r["reproduced"] else f"not reproduced: {r['reason']}"
+            fix = f", fixed in {r['fixed']}" if r["fixed"] else ""
+            print(f"{r['name']:34} {r['report']:26} {r['system']}{fix}\n{'':34} {state}")
+    return 0
+
+
+def _cmd_scenario(args: argparse.Namespace) -> int:
+    from toki.real.scenario import get_scenario, run_scenario, runnable
+
+    scenario = get_scenario(args.name)
+    runnable(scenario, fixed=args.fixed)  # refused before any folder is made
+    out = out_dir(args.out, f"scenario-{scenario.name}")
+    result = run_scenario(scenario, fixed=args.fixed, out=out, gate_timeout=args.gate_timeout)
+    result["out"] = str(out)
+    if args.json:
+        _print(result)
+    else:
+        for key, value in result.items():
+            print(f"{key}: {value}")
+    ok = result["clean"] if args.fixed else result["reproduced"]
+    return 0 if ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toki real", description="Drive real memory libraries under toki's scheduler."
@@ -269,6 +324,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--json", action="store_true", help="machine-readable output")
     rep.set_defaults(handler=_cmd_replay)
+
+    scs = sub.add_parser("scenarios", help="the reproduced bug reports (toki/real/scenarios)")
+    scs.add_argument(
+        "--run",
+        action="store_true",
+        help="run every reproduced scenario on its affected and its fixed version",
+    )
+    scs.add_argument("--out", help="folder for witnesses and scenarios.json (with --run)")
+    scs.add_argument(
+        "--gate-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a released agent may run before reaching a gate point",
+    )
+    scs.add_argument("--json", action="store_true", help="machine-readable output")
+    scs.set_defaults(handler=_cmd_scenarios)
+
+    sc = sub.add_parser("scenario", help="run one reproduced bug report on the real library")
+    sc.add_argument("name", help="a scenario (toki real scenarios)")
+    sc.add_argument("--fixed", action="store_true", help="run the version with the fix")
+    sc.add_argument("--out", help="folder for witnesses (default: a new one under ./toki-out)")
+    sc.add_argument(
+        "--gate-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a released agent may run before reaching a gate point",
+    )
+    sc.add_argument("--json", action="store_true", help="machine-readable output")
+    sc.set_defaults(handler=_cmd_scenario)
     return parser
 
 

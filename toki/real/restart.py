@@ -20,7 +20,7 @@ failures, are:
   serves returns another memory first, or a search for a memory it served before returns
   another memory at score 1 (the query's own vector, filed under another memory): the
   index answers for one memory with another (response divergence).
-* `index-divergence`: the library's own index disagrees with itself after the restart
+* `index-after-restart`: the library's own index disagrees with itself after the restart
   (FAISS: vectors in the index, ids mapped, payloads stored).
 
 N3 on such a run compares everything served, before and after the death, with what the
@@ -48,7 +48,7 @@ FAULT_ANOMALIES = (
     "lost-write",
     "resurrection",
     "wrong-answer",
-    "index-divergence",
+    "index-after-restart",
 )
 
 
@@ -217,8 +217,8 @@ def restart_checks(rr: RealRun) -> dict[str, Verdict]:
             wrong or None,
             {**why, "probes": len(restart.get("probes") or ())},
         ),
-        "index-divergence": Verdict(
-            "index-divergence",
+        "index-after-restart": Verdict(
+            "index-after-restart",
             diverged,
             (),
             "the library's index agrees with itself",

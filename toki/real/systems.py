@@ -111,6 +111,61 @@ SYSTEMS: dict[str, RealSystem] = {
             "and entity linking are inert, so the entity store stays empty",
         ),
     ),
+    "mem0-1.0.5": RealSystem(
+        name="mem0-1.0.5",
+        title="mem0ai 1.0.5 (LLM judge), FAISS + SQLite history: the version before the "
+        "fixes of delete_all's collection reset and of FAISS delete (corpus scenarios)",
+        library="mem0ai",
+        version="1.0.5",
+        module="mem0",
+        adapter="mem0",
+        host=Mem0Host(1),
+        lock="mem0-1.0.5.txt",
+        env=_MEM0_ENV,
+        model=None,  # corpus only: no row of the verdict matrix
+        intercepted=_MEM0_GATES,
+        simplified=(
+            "as mem0-1.0.11 (the same adapter and stubs); kept for the reports it reproduces",
+        ),
+    ),
+    "mem0-2.0.12": RealSystem(
+        name="mem0-2.0.12",
+        title="mem0ai 2.0.12 (add-only), FAISS + SQLite history: the version before update() "
+        "kept a memory's user / agent / run ids (corpus scenarios)",
+        library="mem0ai",
+        version="2.0.12",
+        module="mem0",
+        adapter="mem0",
+        host=Mem0Host(2),
+        lock="mem0-2.0.12.txt",
+        env=_MEM0_ENV,
+        model=None,  # corpus only: no row of the verdict matrix
+        intercepted=_MEM0_GATES,
+        simplified=("as mem0-2.2.1 (the same adapter and stubs)",),
+    ),
+    "mem0-2.2.1+entities": RealSystem(
+        name="mem0-2.2.1+entities",
+        title="mem0ai 2.2.1 with its entity store on (entity extraction stubbed for spaCy)",
+        library="mem0ai",
+        version="2.2.1",
+        module="mem0",
+        adapter="mem0",
+        host=Mem0Host(2),
+        lock="mem0-2.2.1.txt",
+        env={**_MEM0_ENV, "TOKI_MEM0_ENTITIES": "1"},
+        venv="mem0-2.2.1",
+        model=None,  # corpus only: no row of the verdict matrix
+        intercepted=(
+            *_MEM0_GATES,
+            "the entity store: a second FAISS collection (<collection>_entities), gated alike",
+        ),
+        simplified=(
+            "as mem0-2.2.1, except that entity extraction is on: spaCy's "
+            "extract_entities / extract_entities_batch are replaced by a deterministic stub "
+            "(the entities of '<subject>:<predicate> is <value>' are the subject and the "
+            "value), so the entity store and its linked_memory_ids are built and read",
+        ),
+    ),
     "toki-memory": RealSystem(
         name="toki-memory",
         title="toki Memory, in-process store shared by the agents' threads (EWM + judge)",
@@ -219,6 +274,22 @@ SYSTEMS["langgraph-store-postgres"] = RealSystem(
         "needs TOKI_PG_DSN (default postgresql://postgres@127.0.0.1:5432/test); each run "
         "in a schema of its own, dropped afterwards",
     ),
+)
+SYSTEMS["langgraph-store-postgres-3.1.0"] = RealSystem(
+    name="langgraph-store-postgres-3.1.0",
+    title="LangGraph PostgresStore (langgraph-checkpoint-postgres 3.1.0): the version before "
+    "namespace scoping respected segment boundaries (corpus scenarios)",
+    library="langgraph-checkpoint-postgres",
+    version="3.1.0",
+    module="langgraph.store.postgres",
+    adapter="langchain",
+    host=LangGraphStoreHost("postgres"),
+    lock="langgraph-pgstore-3.1.0.txt",
+    model=None,  # corpus only: no row of the verdict matrix
+    intercepted=(
+        "PostgresStore.batch: every get/put/search/delete (each batch its own transaction)",
+    ),
+    simplified=("as langgraph-store-postgres (the same adapter)",),
 )
 SYSTEMS["langmem-0.0.30"] = RealSystem(
     name="langmem-0.0.30",

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from toki.check.anomalies import Verdict
 from toki.errors import InvalidInput
@@ -54,6 +54,16 @@ def judge_from_json(data: Mapping[str, Any]) -> Picker:
             int(data.get("seed", 0)),
         )
     return SimJudge(float(data.get("p", 0.5)), int(data.get("seed", 0)))
+
+
+def _workload_from_json(data: Mapping[str, Any]) -> Workload:
+    """A claims workload, or a program of the library's operations (`kind: program`,
+    toki/real/program.py), which the driver runs as one."""
+    if data.get("kind") == "program":
+        from toki.real.program import program_from_json
+
+        return cast(Workload, program_from_json(data))
+    return Workload.from_json(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +119,7 @@ class RealWitness:
             system=str(data["system"]),
             version=str(data.get("library_version", "")),
             anomaly=str(data["anomaly"]),
-            workload=Workload.from_json(data["workload"]),
+            workload=_workload_from_json(data["workload"]),
             schedule=tuple(data["schedule"]),
             judge=dict(data.get("judge") or {}),
             recovery=dict(data.get("recovery") or {}),
@@ -220,7 +230,8 @@ def _describe(entry: Mapping[str, Any]) -> str:
     if point in ("vector.update", "vector.delete", "vector.get"):
         return f"agent {agent} {point.split('.')[1]}s memory {str(detail.get('id'))[:8]}"
     if point.startswith("vector."):
-        return f"agent {agent} {point.split('.')[1]}es the vector store"
+        verb = point.split(".")[1]
+        return f"agent {agent} {verb + 's' if verb.endswith('t') else verb + 'es'} the vector store"
     if point.startswith("history."):
         mid = detail.get("memory_id") or detail.get("memory_ids")
         return (
@@ -269,6 +280,10 @@ def _describe_restart(restart: Mapping[str, Any]) -> list[str]:
 
 
 def _moral(anomaly: str) -> str:
+    from toki.real.derived import MORALS
+
+    if anomaly in MORALS:
+        return MORALS[anomaly]
     if anomaly == "N1":
         return (
             "why: re-adjudicating what the library durably recorded with a fresh judge gives "
@@ -300,7 +315,7 @@ _FAULT_MORALS = {
     "the library reopened its own files",
     "resurrection": "a memory removed before the process died is served again after the reopen",
     "wrong-answer": "after the reopen, a search for a memory's exact text answers another memory",
-    "index-divergence": "after the reopen, the library's index disagrees with itself",
+    "index-after-restart": "after the reopen, the library's index disagrees with itself",
 }
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from toki.errors import IntegrityError, StoreError
+from toki.errors import IntegrityError, InvalidInput, StoreError
 from toki.isolation import Isolation
 from toki.log import Event, event_from_record
 from toki.model import FactKey
@@ -20,6 +21,7 @@ from toki.replay import KeySummary
 __all__ = [
     "ALL_SEQS",
     "EventStore",
+    "Operation",
     "Plan",
     "Steps",
     "drive",
@@ -41,6 +43,37 @@ Plan = Callable[[Sequence[Event], int], tuple[Sequence[Event], Mapping[FactKey, 
 The transaction shell calls it with the partition it read inside the transaction; it may call
 it again (with a fresh read) after a serialization failure, so it must not have side effects
 beyond its return value (the last call's result is the one committed)."""
+
+
+@dataclass(slots=True)
+class Operation:
+    """A write's operation id and its outcome as the caller records it (JSON text), stored
+    in the write's own transaction (issue #36). A store that finds the id stored already
+    runs nothing and sets `replayed` and `result` to the first run's."""
+
+    op_id: str
+    result: str = ""
+    replayed: bool = False
+
+
+MAX_OP_ID = 200
+"""The longest operation id (characters); ids are the caller's, e.g. a uuid or a message id."""
+
+
+def check_op_id(op_id: object) -> str:
+    """An operation id: a non-empty printable string of at most MAX_OP_ID characters."""
+    if (
+        not isinstance(op_id, str)
+        or not op_id.strip()
+        or len(op_id) > MAX_OP_ID
+        or any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in op_id)
+    ):
+        raise InvalidInput(
+            "op_id",
+            f"{op_id!r:.80} is not an operation id",
+            f"use a non-empty printable string of at most {MAX_OP_ID} characters (a uuid)",
+        )
+    return op_id
 
 
 class EventStore(Protocol):
@@ -92,12 +125,19 @@ class EventStore(Protocol):
 
 
 def transact_steps(
-    store: EventStore, keys: frozenset[FactKey], level: Isolation, plan: Plan
+    store: EventStore,
+    keys: frozenset[FactKey],
+    level: Isolation,
+    plan: Plan,
+    op: Operation | None = None,
 ) -> Steps[int]:
     """`store.transact(keys, level, plan)`, or its statements one by one when the store's
-    shell is a generator (`transact_steps`: the simulator's store); returns the retries."""
+    shell is a generator (`transact_steps`: the simulator's store); returns the retries.
+    op: the write's operation id, for a store that keeps them (PostgreSQL)."""
     steps = getattr(store, "transact_steps", None)
     if steps is None:
+        if op is not None and hasattr(store, "op_result"):
+            return store.transact(keys, level, plan, op)  # type: ignore[call-arg]
         return store.transact(keys, level, plan)
     retries: int = yield from steps(keys, level, plan)
     return retries

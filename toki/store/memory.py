@@ -11,11 +11,12 @@ from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 
+from toki.chain import GENESIS, Digest, consumption_link
 from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store.base import Plan
+from toki.store.base import Operation, Plan
 
 __all__ = ["InMemoryStore"]
 
@@ -29,6 +30,9 @@ class InMemoryStore:
         self._projection: dict[FactKey, KeySummary] = {}
         self._watermark = 0
         self._consumption: dict[str, tuple[str, str]] = {}  # record id -> (consumer, payload)
+        self._consumption_links: dict[str, str] = {}  # record id -> its chain link
+        self._consumption_head = GENESIS
+        self._ops: dict[str, str] = {}  # operation id -> recorded outcome
         self._lock = threading.RLock()
 
     @contextmanager
@@ -58,8 +62,11 @@ class InMemoryStore:
         watermark: int,
         *,
         replace: bool = False,
+        op: Operation | None = None,
     ) -> None:
         with self._lock:
+            if op is not None:
+                self._ops.setdefault(op.op_id, op.result)
             self._events.extend(events)
             for event in events:
                 self._by_key.setdefault(event.key, []).append(event)
@@ -84,11 +91,26 @@ class InMemoryStore:
         with self._lock:
             return list(self._events), [], self._watermark, dict(self._projection)
 
+    def op_result(self, op_id: str) -> str | None:
+        """The recorded outcome of a committed operation id, None if it never committed."""
+        with self._lock:
+            return self._ops.get(op_id)
+
+    def load_log(self) -> tuple[list[Event], Digest | None]:
+        """Every event and the chain seal (none: this store keeps no links to strip)."""
+        with self._lock:
+            return list(self._events), None
+
     def append_consumption(self, rows: Sequence[tuple[str, str, str, str]]) -> None:
         """Append (record id, consumer, read_at, payload) rows; a known id is a no-op."""
         with self._lock:
             for record_id, consumer, _, payload in rows:
-                self._consumption.setdefault(record_id, (consumer, payload))
+                if record_id not in self._consumption:
+                    self._consumption_head = consumption_link(
+                        self._consumption_head, record_id, payload
+                    )
+                    self._consumption[record_id] = (consumer, payload)
+                    self._consumption_links[record_id] = self._consumption_head
 
     def load_consumption(self, consumer: str | None = None) -> list[tuple[str, str]]:
         """(record id, payload) rows in append order, of one consumer or all."""
@@ -98,6 +120,13 @@ class InMemoryStore:
                 for rid, (who, payload) in self._consumption.items()
                 if consumer is None or who == consumer
             ]
+
+    def load_consumption_log(self) -> tuple[list[tuple[str, str, str | None]], Digest | None]:
+        """Every consumption record (id, payload, link) in append order, and the seal."""
+        with self._lock:
+            links = self._consumption_links
+            records = [(rid, p, links.get(rid)) for rid, (_, p) in self._consumption.items()]
+            return records, Digest(len(records), self._consumption_head)
 
     def close(self) -> None:
         pass

@@ -15,26 +15,48 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime
-from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
+from typing import Any, cast
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
-from psycopg.types.range import Range
 
-from toki.canonical import canonical_json, digest
-from toki.chain import GENESIS, link
-from toki.errors import ConstraintViolation, IntegrityError, StoreError, WriteConflict
+from toki.canonical import digest
+from toki.chain import GENESIS, Digest, check_seal, consumption_link, link
+from toki.errors import (
+    ConstraintViolation,
+    IntegrityError,
+    OutcomeUnknown,
+    StoreError,
+    WriteConflict,
+)
 from toki.isolation import Isolation
 from toki.log import Event, EventKind
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store.base import EVENT_COLUMNS, LOG_COLUMNS, Plan, events_from_rows
-from toki.time import format_instant, parse_instant
+from toki.store.base import EVENT_COLUMNS, LOG_COLUMNS, Operation, Plan, events_from_rows
+from toki.store.pg_rows import (
+    Hooked,
+    bounds,
+    cause,
+    check_schema_name,
+    describe,
+    event_row,
+    jsonb,
+    key_row,
+    overlap_message,
+    parse_text_seal,
+    read_seal,
+    split_schema,
+    version_drift,
+    version_row,
+    version_table,
+    with_schema,
+    write_seal,
+)
+from toki.store.pg_schema import MIGRATIONS, SCHEMA_VERSION
 
 __all__ = ["DEFAULT_DSN", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStore", "default_dsn"]
 
@@ -46,6 +68,7 @@ _LOCK_CLASS = 0x70C1  # "toki" writer lock
 _MIGRATE_CLASS = 0x70C2  # schema migrations
 
 _SEQ_CLASS = 0x70C3  # the sequencer
+_CONSUME_CLASS = 0x70C4  # the consumption log's chain (named reads)
 _KEY_COLS = "tenant, subject, scope_kind, scope_key, fact_key"
 _EVENT_COLS = (
     "seq, key_seq, kind, tenant, subject, scope_kind, scope_key, fact_key, recorded_at, "
@@ -80,214 +103,6 @@ def mask_dsn(dsn: str) -> str:
     return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", masked)
 
 
-# ------------------------------------------------------------------------------ migrations
-
-_M1 = """
-CREATE TABLE IF NOT EXISTS toki_event (
-    seq          bigint PRIMARY KEY,
-    key_seq      bigint NOT NULL,
-    kind         text NOT NULL,
-    tenant       text NOT NULL,
-    subject      text NOT NULL,
-    scope_kind   text NOT NULL,
-    scope_key    text NOT NULL,
-    fact_key     text NOT NULL,
-    recorded_at  timestamptz NOT NULL,
-    version_ids  text[] NOT NULL,
-    payload      text NOT NULL,
-    payload_hash text NOT NULL,
-    event_id     text NOT NULL UNIQUE,
-    UNIQUE (tenant, subject, scope_kind, scope_key, fact_key, key_seq)
-);
-CREATE INDEX IF NOT EXISTS toki_event_recorded ON toki_event (recorded_at);
-
-CREATE TABLE IF NOT EXISTS toki_version (
-    id           text PRIMARY KEY,
-    tenant       text NOT NULL,
-    subject      text NOT NULL,
-    scope_kind   text NOT NULL,
-    scope_key    text NOT NULL,
-    fact_key     text NOT NULL,
-    value        jsonb,
-    value_json   text NOT NULL,
-    valid_during tstzrange NOT NULL,
-    recorded_at  timestamptz NOT NULL,
-    source_id    text NOT NULL,
-    source_hash  text NOT NULL,
-    supersedes   text,
-    weight       double precision NOT NULL,
-    event_seq    bigint NOT NULL REFERENCES toki_event (seq)
-);
-CREATE INDEX IF NOT EXISTS toki_version_key
-    ON toki_version USING gist (tenant, subject, scope_kind, scope_key, fact_key, valid_during);
-
-CREATE OR REPLACE FUNCTION toki_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION '% is append-only: % is not allowed', TG_TABLE_NAME, TG_OP
-        USING ERRCODE = 'restrict_violation';
-END $$;
-CREATE OR REPLACE TRIGGER toki_event_append_only BEFORE UPDATE OR DELETE ON toki_event
-    FOR EACH ROW EXECUTE FUNCTION toki_append_only();
-CREATE OR REPLACE TRIGGER toki_event_no_truncate BEFORE TRUNCATE ON toki_event
-    FOR EACH STATEMENT EXECUTE FUNCTION toki_append_only();
-CREATE OR REPLACE TRIGGER toki_version_append_only BEFORE UPDATE OR DELETE ON toki_version
-    FOR EACH ROW EXECUTE FUNCTION toki_append_only();
-CREATE OR REPLACE TRIGGER toki_version_no_truncate BEFORE TRUNCATE ON toki_version
-    FOR EACH STATEMENT EXECUTE FUNCTION toki_append_only();
-
-CREATE TABLE IF NOT EXISTS toki_current (
-    tenant         text NOT NULL,
-    subject        text NOT NULL,
-    scope_kind     text NOT NULL,
-    scope_key      text NOT NULL,
-    fact_key       text NOT NULL,
-    value_hash     text NOT NULL,
-    version_ids    text[] NOT NULL,
-    open_conflicts integer NOT NULL,
-    open_intervals integer NOT NULL,
-    PRIMARY KEY (tenant, subject, scope_kind, scope_key, fact_key)
-);
-
-CREATE TABLE IF NOT EXISTS toki_adjudicated (
-    tenant       text NOT NULL,
-    subject      text NOT NULL,
-    scope_kind   text NOT NULL,
-    scope_key    text NOT NULL,
-    fact_key     text NOT NULL,
-    ord          integer NOT NULL,
-    version_id   text NOT NULL,
-    value        jsonb,
-    value_json   text NOT NULL,
-    valid_during tstzrange NOT NULL,
-    PRIMARY KEY (tenant, subject, scope_kind, scope_key, fact_key, ord),
-    CONSTRAINT toki_adjudicated_no_contradiction EXCLUDE USING gist (
-        tenant WITH =, subject WITH =, scope_kind WITH =, scope_key WITH =, fact_key WITH =,
-        valid_during WITH &&, value_json WITH <>
-    )
-);
-"""
-
-
-def _migration_1(cur: psycopg.Cursor[Any]) -> None:
-    """Events, versions, the per-key summary and the adjudicated projection."""
-    _create_btree_gist(cur)
-    cur.execute(_M1)
-    cur.execute("INSERT INTO toki_meta VALUES ('watermark', '0') ON CONFLICT DO NOTHING")
-
-
-def _create_btree_gist(cur: psycopg.Cursor[Any]) -> None:
-    """btree_gist in `public` where the role may create there: an extension created while
-    toki's schema is first on the search_path lives in that schema, and `DROP SCHEMA …
-    CASCADE` of it then drops the extension and, with it, every other schema's EXCLUDE
-    constraint. A role without CREATE on public (PostgreSQL 15+ grants it to the database
-    owner only) gets it in toki's schema, as before. Two stores migrating at once may both
-    try to create it; the loser's unique violation is ignored."""
-    for statement in (
-        "CREATE EXTENSION IF NOT EXISTS btree_gist WITH SCHEMA public",
-        "CREATE EXTENSION IF NOT EXISTS btree_gist",
-    ):
-        try:
-            with cur.connection.transaction():  # a savepoint
-                cur.execute(statement.encode())
-            return
-        except (pg_errors.UniqueViolation, pg_errors.DuplicateObject):
-            return  # created concurrently by another migration
-        except pg_errors.InsufficientPrivilege:
-            continue
-    raise StoreError(
-        "btree_gist: this role may not create the extension, in public or in toki's schema "
-        "(CREATE EXTENSION btree_gist once as a database owner)"
-    )
-
-
-_M2 = """
-CREATE TABLE IF NOT EXISTS toki_head (
-    tenant     text NOT NULL,
-    subject    text NOT NULL,
-    scope_kind text NOT NULL,
-    scope_key  text NOT NULL,
-    fact_key   text NOT NULL,
-    pos        bigint NOT NULL,
-    PRIMARY KEY (tenant, subject, scope_kind, scope_key, fact_key)
-);
-INSERT INTO toki_head
-    SELECT tenant, subject, scope_kind, scope_key, fact_key, max(key_seq) FROM toki_event
-    GROUP BY tenant, subject, scope_kind, scope_key, fact_key
-ON CONFLICT DO NOTHING;
-CREATE TABLE IF NOT EXISTS toki_pending (
-    tick         bigint NOT NULL,
-    key_seq      bigint NOT NULL,
-    kind         text NOT NULL,
-    tenant       text NOT NULL,
-    subject      text NOT NULL,
-    scope_kind   text NOT NULL,
-    scope_key    text NOT NULL,
-    fact_key     text NOT NULL,
-    recorded_at  timestamptz NOT NULL,
-    version_ids  text[] NOT NULL,
-    payload      text NOT NULL,
-    payload_hash text NOT NULL,
-    event_id     text NOT NULL UNIQUE,
-    UNIQUE (tenant, subject, scope_kind, scope_key, fact_key, key_seq)
-);
-CREATE SEQUENCE IF NOT EXISTS toki_tick;
-ALTER TABLE toki_event ADD COLUMN IF NOT EXISTS chain text;
-ALTER TABLE toki_version ALTER COLUMN event_seq DROP NOT NULL,
-    DROP CONSTRAINT IF EXISTS toki_version_event_seq_fkey,
-    ADD COLUMN IF NOT EXISTS key_seq bigint;
-"""
-
-
-def _migration_2(cur: psycopg.Cursor[Any]) -> None:
-    """Concurrent writers: one head row per key, committed-but-unsequenced events, the
-    transaction tick, and the log's chain column (NULL for events logged before it)."""
-    cur.execute(_M2)
-
-
-_M3 = """
-ALTER TABLE toki_adjudicated ADD COLUMN IF NOT EXISTS value_digest text;
-UPDATE toki_adjudicated
-    SET value_digest = encode(sha256(convert_to(value_json, 'UTF8')), 'hex');
-ALTER TABLE toki_adjudicated ALTER COLUMN value_digest SET NOT NULL;
-ALTER TABLE toki_adjudicated DROP CONSTRAINT IF EXISTS toki_adjudicated_no_contradiction;
-ALTER TABLE toki_adjudicated ADD CONSTRAINT toki_adjudicated_no_contradiction EXCLUDE USING gist (
-    tenant WITH =, subject WITH =, scope_kind WITH =, scope_key WITH =, fact_key WITH =,
-    valid_during WITH &&, value_digest WITH <>
-);
-"""
-
-
-def _migration_3(cur: psycopg.Cursor[Any]) -> None:
-    """The EXCLUDE constraint compares a sha256 of the value, not the value: a gist index
-    row holds at most 8,191 bytes, so large values were refused on PostgreSQL only."""
-    cur.execute(_M3)
-
-
-_M4 = """
-CREATE TABLE IF NOT EXISTS toki_consumption (
-    n         bigserial PRIMARY KEY,
-    record_id text NOT NULL UNIQUE,
-    consumer  text NOT NULL,
-    read_at   timestamptz NOT NULL,
-    payload   text NOT NULL
-);
-CREATE INDEX IF NOT EXISTS toki_consumption_consumer ON toki_consumption (consumer, n);
-CREATE OR REPLACE TRIGGER toki_consumption_append_only BEFORE UPDATE OR DELETE
-    ON toki_consumption FOR EACH ROW EXECUTE FUNCTION toki_append_only();
-CREATE OR REPLACE TRIGGER toki_consumption_no_truncate BEFORE TRUNCATE ON toki_consumption
-    FOR EACH STATEMENT EXECUTE FUNCTION toki_append_only();
-"""
-
-
-def _migration_4(cur: psycopg.Cursor[Any]) -> None:
-    """The consumption log (toki.consumption): named reads, append-only, beside the events."""
-    cur.execute(_M4)
-
-
-MIGRATIONS = (_migration_1, _migration_2, _migration_3, _migration_4)
-SCHEMA_VERSION = len(MIGRATIONS)
-
-
 # ------------------------------------------------------------------------------ the store
 
 
@@ -316,10 +131,13 @@ class PostgresStore:
 
     concurrent = True
 
-    def __init__(self, url: str, *, schema: str | None = None) -> None:
-        dsn, url_schema = _split_schema(url)
+    def __init__(self, url: str, *, schema: str | None = None, existing: bool = False) -> None:
+        """existing: open only a toki store that is there, creating and migrating nothing
+        (`toki verify`, `toki shadow`): a missing schema is a StoreError."""
+        dsn, url_schema = split_schema(url)
         self.dsn = dsn
-        self.schema = schema or url_schema
+        self.schema = check_schema_name(schema or url_schema)
+        self._existing = existing
         self._lock = threading.RLock()
         self._depth = 0
         self._conn = self._connect()
@@ -331,8 +149,11 @@ class PostgresStore:
                     "(create one, or pass ?schema=NAME in the URL)"
                 )
             self.schema = str(row[0])
-        self.url = dsn if schema is None and url_schema is None else _with_schema(dsn, self.schema)
-        self._migrate()
+        self.url = dsn if schema is None and url_schema is None else with_schema(dsn, self.schema)
+        if existing:
+            self._check_exists()
+        else:
+            self._migrate()
 
     # -- connection -------------------------------------------------------------------
 
@@ -350,9 +171,10 @@ class PostgresStore:
         # explicit snapshots, so the server's default level must not leak into them
         conn.execute("SET default_transaction_isolation TO 'read committed'")
         if self.schema is not None:
-            conn.execute(
-                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
-            )
+            if not self._existing:
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+                )
             conn.execute(
                 sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self.schema))
             )
@@ -377,7 +199,7 @@ class PostgresStore:
         except (*_RETRYABLE, _HeadMoved):  # 40001 / 40P01 / a moved head: the caller retries
             raise
         except pg_errors.IntegrityError as exc:
-            raise ConstraintViolation(_describe(exc)) from exc
+            raise ConstraintViolation(describe(exc)) from exc
         except pg_errors.RestrictViolation as exc:
             raise ConstraintViolation(str(exc).strip()) from exc
         except psycopg.OperationalError as exc:
@@ -388,8 +210,34 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise StoreError(
                 f"url: PostgreSQL at {mask_dsn(self.dsn)} refused the statement: "
-                f"{_describe(exc)}; nothing uncommitted was kept"
+                f"{describe(exc)}; nothing uncommitted was kept"
             ) from exc
+
+    def _check_exists(self) -> None:
+        """Refuse a schema that holds no toki store, or one of another schema version."""
+        with self._errors():
+            found = self._conn.execute(
+                "SELECT to_regclass(format('%%I.toki_meta', %s::text)) IS NOT NULL", (self.schema,)
+            ).fetchone()
+            version = None
+            if found and found[0]:
+                row = self._conn.execute(
+                    "SELECT value FROM toki_meta WHERE name = 'schema_version'"
+                ).fetchone()
+                version = None if row is None else int(row[0])
+        if version is None:
+            self._conn.close()
+            raise StoreError(
+                f"url: there is no toki store in schema {self.schema!r} at {mask_dsn(self.dsn)} "
+                "(nothing was created; check the URL's ?schema=)"
+            )
+        if version != SCHEMA_VERSION:
+            self._conn.close()
+            raise StoreError(
+                f"url: schema {self.schema!r} holds toki schema version {version}, this toki "
+                f"reads {SCHEMA_VERSION} (open it once with Memory.open to migrate, or use "
+                "the toki that wrote it); nothing was changed"
+            )
 
     def _migrate(self) -> None:
         conn = self._conn
@@ -414,6 +262,12 @@ class PostgresStore:
                     "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                     (str(number + 1),),
                 )
+            # a store chained before the seal existed is sealed at its head (check_seal)
+            cur.execute(
+                "INSERT INTO toki_meta SELECT 'chain_seal', seq || ':' || chain FROM toki_event "
+                "WHERE chain IS NOT NULL AND seq = (SELECT max(seq) FROM toki_event) "
+                "ON CONFLICT DO NOTHING"
+            )
 
     # -- the protocol -----------------------------------------------------------------
 
@@ -455,13 +309,24 @@ class PostgresStore:
                 with cur.copy(f"COPY toki_event ({_EVENT_COLS}, chain) FROM STDIN") as copy:
                     for e in events:
                         prev = link(prev, e)
-                        copy.write_row((*_event_row(e), prev))
+                        copy.write_row((*event_row(e), prev))
+                write_seal(cur, events[-1].seq, prev)
+                tops: dict[FactKey, int] = {}
+                for e in events:
+                    tops[e.key] = max(tops.get(e.key, 0), e.key_seq)
+                cur.executemany(  # the head rows follow, as a transact write moves them
+                    "INSERT INTO toki_head VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, "
+                    "subject, scope_kind, scope_key, fact_key) DO UPDATE SET pos = "
+                    "greatest(toki_head.pos, excluded.pos)",
+                    [(*key_row(k), top) for k, top in tops.items()],
+                )
                 self._insert_versions(cur, events, sequenced=True)
             if replace:
                 cur.execute("DELETE FROM toki_adjudicated")
                 cur.execute("DELETE FROM toki_current")
+                self._rebuild_versions(cur)
             elif summaries:
-                cols = list(zip(*(_key_row(k) for k in summaries), strict=True))
+                cols = list(zip(*(key_row(k) for k in summaries), strict=True))
                 for table in ("toki_adjudicated", "toki_current"):
                     cur.execute(
                         sql.SQL(
@@ -480,34 +345,73 @@ class PostgresStore:
 
     # -- the write shell ---------------------------------------------------------------
 
-    def transact(self, keys: frozenset[FactKey], level: Isolation, plan: Plan) -> int:
+    statement_hook: Callable[[str, str], None] | None = None
+    """Called ("before" | "after", statement) around each statement of a write's transaction,
+    COMMIT included (the fault-injection tests kill the connection there)."""
+
+    def transact(
+        self, keys: frozenset[FactKey], level: Isolation, plan: Plan, op: Operation | None = None
+    ) -> int:
         """Run one write at `level`; retry serialization failures, deadlocks and moved heads
-        with bounded jittered backoff; sequence after commit. Returns the retries taken."""
-        ordered = sorted(keys, key=_key_row)
+        with bounded jittered backoff; sequence after commit. Returns the retries taken.
+
+        op: the write's operation id, stored in its transaction. A write whose op id is
+        stored already runs no plan (op.replayed, op.result: the first run's outcome). If the
+        connection is lost, the outcome is looked up by the op id before anything is
+        reported: committed is success, not committed a StoreError, and a lookup that cannot
+        be made OutcomeUnknown (retry with the same op id: it never stores twice)."""
+        ordered = sorted(keys, key=key_row)
         self._ensure_heads(ordered)
         retries = 0
         while True:
             try:
                 with self._lock, self._errors():
-                    wrote = self._attempt(ordered, level, plan)
+                    wrote = self._attempt(ordered, level, plan, op)
             except (*_RETRYABLE, _HeadMoved) as exc:
                 retries += 1
                 if retries > MAX_RETRIES:
                     raise WriteConflict(
                         f"write to {', '.join(str(k) for k in ordered)} at {level.value} "
-                        f"still conflicted after {MAX_RETRIES} retries ({_cause(exc)}); "
+                        f"still conflicted after {MAX_RETRIES} retries ({cause(exc)}); "
                         "nothing was written"
                     ) from exc
                 time.sleep(random.uniform(0, min(0.2, 0.002 * 2**retries)))
                 continue
+            except StoreError as exc:
+                if op is None or not (self._conn.broken or self._conn.closed):
+                    raise  # a refusal, not a lost connection: nothing was committed
+                wrote = self._outcome_after_loss(op, exc)
             if wrote:
-                self.sequence()
+                with suppress(StoreError):  # committed: any later reader sequences it
+                    self.sequence()
             return retries
+
+    def _outcome_after_loss(self, op: Operation, lost: StoreError) -> bool:
+        """The connection died inside the write: committed or not, by its op id."""
+        try:
+            found = self.op_result(op.op_id)
+        except StoreError as exc:
+            raise OutcomeUnknown(op.op_id, f"{lost}; looking it up failed too: {exc}") from exc
+        if found is None:
+            raise StoreError(
+                f"{lost} (operation {op.op_id} is not in the store: the write was not "
+                "committed; it may be retried)"
+            ) from lost
+        op.result = found if not op.result else op.result
+        return True
+
+    def op_result(self, op_id: str) -> str | None:
+        """The recorded outcome of a committed operation id, None if it never committed."""
+        with self._lock, self._errors():
+            row = self._live().execute(
+                "SELECT result FROM toki_op WHERE op_id = %s", (op_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
 
     def _ensure_heads(self, keys: Sequence[FactKey]) -> None:
         """Create missing head rows (pos 0) before the write's transaction, so that the
         transaction only ever updates them (an insert race would be a unique violation)."""
-        cols = [list(c) for c in zip(*(_key_row(k) for k in keys), strict=True)]
+        cols = [list(c) for c in zip(*(key_row(k) for k in keys), strict=True)]
         with self._lock, self._errors():
             self._live().execute(
                 "INSERT INTO toki_head SELECT a, b, c, d, e, 0 FROM unnest(%s::text[], "
@@ -516,58 +420,89 @@ class PostgresStore:
                 cols,
             )
 
-    def _attempt(self, keys: Sequence[FactKey], level: Isolation, plan: Plan) -> bool:
-        """One transaction: read the partition, plan, move heads, tick, insert, commit."""
+    def _attempt(
+        self, keys: Sequence[FactKey], level: Isolation, plan: Plan, op: Operation | None
+    ) -> bool:
+        """One transaction: read the partition, plan, move heads, tick, insert, commit (an
+        explicit BEGIN … COMMIT on the autocommit connection: every statement, COMMIT too,
+        goes through `_Hooked`)."""
         conn = self._live()
         self._depth = 1
         try:
-            with conn.transaction(), conn.cursor() as cur:
-                self._step(
-                    "begin", cur, sql.SQL(f"SET TRANSACTION ISOLATION LEVEL {_LEVELS[level]}")
-                )
-                partition = self._read_partition(cur, keys)
-                events, summaries = plan(partition, 0)
-                if not events:
-                    return False
-                read_pos = {k: 0 for k in keys}
-                for e in partition:
-                    read_pos[e.key] = max(read_pos[e.key], e.key_seq)
-                new_pos: dict[FactKey, int] = {}
-                for e in events:
-                    new_pos[e.key] = max(new_pos.get(e.key, 0), e.key_seq)
-                for key in sorted(new_pos, key=_key_row):
-                    self._step(
-                        "head",
-                        cur,
-                        "UPDATE toki_head SET pos = %s WHERE tenant = %s AND subject = %s "
-                        "AND scope_kind = %s AND scope_key = %s AND fact_key = %s AND pos = %s",
-                        (new_pos[key], *_key_row(key), read_pos.get(key, 0)),
-                    )
-                    if cur.rowcount != 1:
-                        raise _HeadMoved(f"head of {key} moved")
-                row = cur.execute("SELECT nextval('toki_tick')").fetchone()
-                tick = int(row[0]) if row else 0
-                self._step("pending", cur, None, (tick, events))
-                self._insert_versions(cur, events, sequenced=False)
-                self._write_projection(cur, summaries)
-                self._step("commit", cur, None)
-            return True
+            with conn.cursor() as raw:
+                cur = cast("psycopg.Cursor[Any]", Hooked(raw, self.statement_hook))
+                self._step("begin", cur, f"BEGIN ISOLATION LEVEL {_LEVELS[level]}".encode())
+                try:
+                    done = self._write_in(cur, keys, plan, op)
+                    if done:
+                        self._step("commit", cur, None)
+                    cur.execute(b"COMMIT" if done else b"ROLLBACK")
+                except BaseException:
+                    if not conn.broken and not conn.closed:
+                        with suppress(psycopg.Error):
+                            raw.execute(b"ROLLBACK")
+                    raise
+            return done
         finally:
             self._depth = 0
 
+    def _write_in(
+        self,
+        cur: psycopg.Cursor[Any],
+        keys: Sequence[FactKey],
+        plan: Plan,
+        op: Operation | None,
+    ) -> bool:
+        """The statements of one write inside its open transaction; False: nothing to commit."""
+        if op is not None:
+            row = cur.execute("SELECT result FROM toki_op WHERE op_id = %s", (op.op_id,)).fetchone()
+            if row is not None:  # a retry of a committed operation: its outcome, no new write
+                op.result, op.replayed = str(row[0]), True
+                return False
+        partition = self._read_partition(cur, keys)
+        events, summaries = plan(partition, 0)
+        if not events:
+            return False
+        read_pos = {k: 0 for k in keys}
+        for e in partition:
+            read_pos[e.key] = max(read_pos[e.key], e.key_seq)
+        new_pos: dict[FactKey, int] = {}
+        for e in events:
+            new_pos[e.key] = max(new_pos.get(e.key, 0), e.key_seq)
+        for key in sorted(new_pos, key=key_row):
+            self._step(
+                "head",
+                cur,
+                "UPDATE toki_head SET pos = %s WHERE tenant = %s AND subject = %s "
+                "AND scope_kind = %s AND scope_key = %s AND fact_key = %s AND pos = %s",
+                (new_pos[key], *key_row(key), read_pos.get(key, 0)),
+            )
+            if cur.rowcount != 1:
+                raise _HeadMoved(f"head of {key} moved")
+        row = cur.execute("SELECT nextval('toki_tick')").fetchone()
+        tick = int(row[0]) if row else 0
+        self._step("pending", cur, None, (tick, events))
+        self._insert_versions(cur, events, sequenced=False)
+        self._write_projection(cur, summaries)
+        if op is not None:
+            cur.execute("INSERT INTO toki_op VALUES (%s, %s)", (op.op_id, op.result))
+        return True
+
     def _step(self, name: str, cur: psycopg.Cursor[Any], query: Any, params: Any = None) -> None:
-        """One statement of the write (tests inject failures here, by name)."""
+        """A named statement of the write: begin, head, pending, commit (a no-op: the
+        point just before COMMIT). Tests and benchmarks override it to inject failures and
+        races by name; `statement_hook` sees every statement."""
         if name == "pending":
             tick, events = params
             with cur.copy(f"COPY toki_pending ({_PENDING_COLS}) FROM STDIN") as copy:
                 for e in events:
-                    copy.write_row((tick, *_event_row(e)[1:]))
+                    copy.write_row((tick, *event_row(e)[1:]))
         elif query is not None:
             cur.execute(query, params)
 
     def _read_partition(self, cur: psycopg.Cursor[Any], keys: Sequence[FactKey]) -> list[Event]:
         """The keys' events, sequenced or not, in one statement (one snapshot even at RC)."""
-        cols = [list(c) for c in zip(*(_key_row(k) for k in keys), strict=True)]
+        cols = [list(c) for c in zip(*(key_row(k) for k in keys), strict=True)]
         rows = cur.execute(
             "WITH k AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], "
             "%s::text[]) AS k(a, b, c, d, e)) "
@@ -587,7 +522,7 @@ class PostgresStore:
         """Replace the projection rows of the written keys (the head rows make them ours)."""
         if not summaries:
             return
-        cols = list(zip(*(_key_row(k) for k in summaries), strict=True))
+        cols = list(zip(*(key_row(k) for k in summaries), strict=True))
         for table in ("toki_adjudicated", "toki_current"):
             cur.execute(
                 sql.SQL(
@@ -607,7 +542,7 @@ class PostgresStore:
             "INSERT INTO toki_current VALUES (%s,%s,%s,%s,%s,%s,%s::text[],%s,%s)",
             [
                 (
-                    *_key_row(k),
+                    *key_row(k),
                     s.value_hash,
                     list(s.version_ids),
                     s.open_conflicts,
@@ -617,7 +552,7 @@ class PostgresStore:
             ],
         )
         segments = [  # the EXCLUDE constraint compares value_digest (any value size fits)
-            (*_key_row(k), i, vid, _jsonb(value), value, start, end, digest(value, 64))
+            (*key_row(k), i, vid, jsonb(value), value, start, end, digest(value, 64))
             for k, s in summaries.items()
             for i, (vid, value, start, end) in enumerate(s.segments)
         ]
@@ -632,7 +567,7 @@ class PostgresStore:
                         segments,
                     )
             except pg_errors.ExclusionViolation as exc:
-                raise ConstraintViolation(_overlap_message(summaries, exc)) from exc
+                raise ConstraintViolation(overlap_message(summaries, exc)) from exc
 
     def sequence(self) -> int:
         """Give committed pending events the dense global seq, in (tick, key, key_seq) order,
@@ -644,9 +579,13 @@ class PostgresStore:
                 cur.execute(
                     "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_SEQ_CLASS, self.schema)
                 )
+                # a pending row whose id is logged already (two identical events, which only
+                # a toki before issue #36 could write) stays pending, a duplicate every reader
+                # ignores, instead of wedging the sequencer; the rest are sequenced
                 rows = cur.execute(
                     "SELECT 0, key_seq, kind, payload, payload_hash, event_id FROM toki_pending "
-                    f"ORDER BY tick, {_KEY_COLS}, key_seq"
+                    "p WHERE NOT EXISTS (SELECT 1 FROM toki_event e WHERE e.event_id = "
+                    f"p.event_id) ORDER BY tick, {_KEY_COLS}, key_seq"
                 ).fetchall()
                 if not rows:
                     return 0
@@ -661,13 +600,27 @@ class PostgresStore:
                     links.append(prev)
                 with cur.copy(f"COPY toki_event ({_EVENT_COLS}, chain) FROM STDIN") as copy:
                     for e, chained in zip(events, links, strict=True):
-                        copy.write_row((*_event_row(e), chained))
+                        copy.write_row((*event_row(e), chained))
                 cur.execute(
                     "DELETE FROM toki_pending WHERE event_id = ANY(%s)",
                     ([e.event_id for e in events],),
                 )
                 cur.execute("UPDATE toki_meta SET value = %s WHERE name = 'watermark'", (str(seq),))
+                write_seal(cur, seq, prev)
         return len(events)
+
+    def _rebuild_versions(self, cur: psycopg.Cursor[Any]) -> None:
+        """The repair of toki_version (repair_projection): its rows again from the log's
+        ASSERTs, the append-only trigger lifted for this transaction's statements only."""
+        logged = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
+        events = list(events_from_rows(logged, self.url))
+        cur.execute("DROP TRIGGER IF EXISTS toki_version_append_only ON toki_version")
+        cur.execute("DELETE FROM toki_version")
+        cur.execute(  # recreated, also where it had been dropped
+            "CREATE TRIGGER toki_version_append_only BEFORE UPDATE OR DELETE ON toki_version "
+            "FOR EACH ROW EXECUTE FUNCTION toki_append_only()"
+        )
+        self._insert_versions(cur, events, sequenced=True)
 
     def _insert_versions(
         self, cur: psycopg.Cursor[Any], events: Sequence[Event], *, sequenced: bool
@@ -675,7 +628,7 @@ class PostgresStore:
         """Version rows of the ASSERTs, in the writer's transaction (so that a value the
         server refuses fails the write, never the sequencer); event_seq is set only for
         events written already sequenced, (key, key_seq) always names the event."""
-        versions = [_version_row(e, sequenced) for e in events if e.kind is EventKind.ASSERT]
+        versions = [version_row(e, sequenced) for e in events if e.kind is EventKind.ASSERT]
         if versions:  # one statement; a version asserted again keeps its first row
             cur.execute(
                 "INSERT INTO toki_version (id, tenant, subject, scope_kind, scope_key, "
@@ -697,18 +650,39 @@ class PostgresStore:
             conn = self._live()
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                seal = read_seal(cur, self.url)
                 rows = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
                 pending = cur.execute(
                     "SELECT 0, key_seq, kind, payload, payload_hash, event_id FROM toki_pending "
                     f"ORDER BY tick, {_KEY_COLS}, key_seq"
                 ).fetchall()
                 watermark, projection = self._read_projection(cur)
-        return (
-            list(events_from_rows(rows, self.url)),
-            list(events_from_rows(pending, self.url)),
-            watermark,
-            projection,
-        )
+                version_rows = version_table(cur)
+        events = list(events_from_rows(rows, self.url))
+        unsequenced = list(events_from_rows(pending, self.url))
+        check_seal(self.url, events, seal)  # no downgrade: a stripped or shortened chain
+        for key, vid in version_drift(version_rows, [*events, *unsequenced]).items():
+            # toki_version is part of a key's projection: a row that is not its ASSERT's
+            # makes the key differ from the log (open refuses; repair rebuilds the table)
+            projection[key] = KeySummary(f"toki_version row {vid} differs from the log", (), 0, 0)
+        return events, unsequenced, watermark, projection
+
+    def load_log(self) -> tuple[list[Event], Digest | None]:
+        """Every logged event (with its link) and the chain seal, in one snapshot."""
+        with self._lock, self._errors():
+            conn = self._live()
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                seal = read_seal(cur, self.url)
+                rows = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
+        return list(events_from_rows(rows, self.url)), seal
+
+    def version_drift(self) -> dict[FactKey, str]:
+        """Keys whose toki_version rows differ from the log's ASSERTs (verify reports them)."""
+        with self._lock, self._errors(), self._snapshot() as cur:
+            version_rows = version_table(cur)
+            rows = cur.execute(f"SELECT {LOG_COLUMNS} FROM toki_event ORDER BY seq").fetchall()
+        return version_drift(version_rows, list(events_from_rows(rows, self.url)))
 
     def _last_link(self, cur: psycopg.Cursor[Any]) -> tuple[int, str]:
         """(seq, chain link) of the last logged event: new links continue from it."""
@@ -727,12 +701,18 @@ class PostgresStore:
         """The one-time migration of an unchained log: store the links of events that have
         none (the append-only trigger is disabled for this statement only, in one transaction)."""
         with self._locked(), self._errors(), self._conn.cursor() as cur:
+            if read_seal(cur, self.url) is not None:  # once chained, never again
+                raise IntegrityError(
+                    f"{self.url}: the store's chain is sealed; it cannot be chained again"
+                )
             cur.execute("ALTER TABLE toki_event DISABLE TRIGGER toki_event_append_only")
             cur.executemany(
                 "UPDATE toki_event SET chain = %s WHERE seq = %s AND chain IS NULL",
                 [(link_, seq) for seq, link_ in links],
             )
             cur.execute("ALTER TABLE toki_event ENABLE TRIGGER toki_event_append_only")
+            if links:
+                write_seal(cur, *links[-1])
 
     def load(self, after_seq: int = 0) -> Iterator[Event]:
         with self._lock, self._errors():
@@ -768,7 +748,7 @@ class PostgresStore:
         by_key: dict[FactKey, list[tuple[str, str, str | None, str | None]]] = {}
         for tenant, subject, kind, skey, fkey, vid, value, during in segs:
             key = FactKey(tenant, subject, fkey, kind, skey)
-            by_key.setdefault(key, []).append((vid, value, *_bounds(during)))
+            by_key.setdefault(key, []).append((vid, value, *bounds(during)))
         out: dict[FactKey, KeySummary] = {}
         for tenant, subject, kind, skey, fkey, value_hash, vids, conflicts, intervals in rows:
             key = FactKey(tenant, subject, fkey, kind, skey)
@@ -796,14 +776,79 @@ class PostgresStore:
         autocommit statement: no write lock, no head row, nothing of the event log."""
         if not rows:
             return
-        cols = [list(c) for c in zip(*rows, strict=True)]
         with self._lock, self._errors():
-            self._live().execute(
-                "INSERT INTO toki_consumption (record_id, consumer, read_at, payload) "
-                "SELECT * FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::text[]) "
-                "ON CONFLICT (record_id) DO NOTHING",
-                cols,
-            )
+            conn = self._live()
+            with conn.transaction(), conn.cursor() as cur:
+                # named reads serialise among themselves (their own lock), never with writes
+                cur.execute(
+                    "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_CONSUME_CLASS, self.schema)
+                )
+                seal = cur.execute(
+                    "SELECT value FROM toki_meta WHERE name = 'consumption_seal'"
+                ).fetchone()
+                if seal is None:  # the first chained record: after any unchained ones
+                    count = cur.execute("SELECT count(*) FROM toki_consumption").fetchone()
+                    position, head = int(count[0]) if count else 0, GENESIS
+                else:
+                    sealed = parse_text_seal(self.url, str(seal[0]))
+                    position, head = sealed.seq, sealed.head
+                known = {
+                    str(r[0])
+                    for r in cur.execute(
+                        "SELECT record_id FROM toki_consumption WHERE record_id = ANY(%s)",
+                        ([r[0] for r in rows],),
+                    ).fetchall()
+                }
+                fresh = []
+                for record_id, consumer, read_at, payload in rows:
+                    if record_id in known:  # a known id is a no-op
+                        continue
+                    known.add(record_id)
+                    head = consumption_link(head, record_id, payload)
+                    position += 1
+                    fresh.append((record_id, consumer, read_at, payload, head))
+                if fresh:
+                    cur.executemany(
+                        "INSERT INTO toki_consumption (record_id, consumer, read_at, payload, "
+                        "chain) VALUES (%s, %s, %s, %s, %s)",
+                        fresh,
+                    )
+                    cur.execute(
+                        "INSERT INTO toki_meta VALUES ('consumption_seal', %s) "
+                        "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                        (f"{position}:{head}",),
+                    )
+
+    def index_problem(self) -> str | None:
+        """A key whose head row (`toki_head.pos`) is not the last per-key seq the log and the
+        pending events hold (an edited head wedges that key's writes; `toki verify`)."""
+        with self._lock, self._errors(), self._snapshot() as cur:
+            row = cur.execute(
+                f"WITH logged AS (SELECT {_KEY_COLS}, max(key_seq) AS top FROM (SELECT "
+                f"{_KEY_COLS}, key_seq FROM toki_event UNION ALL SELECT {_KEY_COLS}, key_seq "
+                f"FROM toki_pending) e GROUP BY {_KEY_COLS}) "
+                f"SELECT {_KEY_COLS}, h.pos, l.top FROM toki_head h FULL JOIN logged l "
+                f"USING ({_KEY_COLS}) WHERE coalesce(h.pos, 0) <> coalesce(l.top, 0) LIMIT 1"
+            ).fetchone()
+        if row is None:
+            return None
+        tenant, subject, kind, skey, fkey, pos, top = row
+        return (
+            f"{self.url}: toki_head says key {FactKey(tenant, subject, fkey, kind, skey)} is at "
+            f"per-key seq {pos}, the log at {top or 0}: toki_head was changed outside toki"
+        )
+
+    def load_consumption_log(self) -> tuple[list[tuple[str, str, str | None]], Digest | None]:
+        """Every consumption record (id, payload, link) in append order, and the seal."""
+        with self._lock, self._errors(), self._snapshot() as cur:
+            rows = cur.execute(
+                "SELECT record_id, payload, chain FROM toki_consumption ORDER BY n"
+            ).fetchall()
+            seal = cur.execute(
+                "SELECT value FROM toki_meta WHERE name = 'consumption_seal'"
+            ).fetchone()
+        parsed = None if seal is None else parse_text_seal(self.url, str(seal[0]))
+        return [(str(a), str(b), None if c is None else str(c)) for a, b, c in rows], parsed
 
     def load_consumption(self, consumer: str | None = None) -> list[tuple[str, str]]:
         """(record id, payload) rows in append order, of one consumer or all."""
@@ -814,9 +859,9 @@ class PostgresStore:
                 )
             else:
                 cur = self._live().execute(
-                    "SELECT record_id, payload FROM toki_consumption WHERE consumer = %s "
-                    "ORDER BY n",
-                    (consumer,),
+                    "SELECT record_id, payload FROM toki_consumption WHERE md5(consumer) = "
+                    "md5(%s) AND consumer = %s ORDER BY n",
+                    (consumer, consumer),
                 )
             return [(str(a), str(b)) for a, b in cur.fetchall()]
 
@@ -835,112 +880,3 @@ class PostgresStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-# ------------------------------------------------------------------------------ rows
-
-
-def _split_schema(url: str) -> tuple[str, str | None]:
-    """Take toki's own `schema` query parameter off the URL (libpq would refuse it)."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((v for k, v in query if k == "schema"), None)
-    rest = urlencode([(k, v) for k, v in query if k != "schema"], quote_via=quote)  # libpq: no '+'
-
-    return urlunsplit(parts._replace(query=rest)), schema or None
-
-
-def _with_schema(dsn: str, schema: str) -> str:
-    parts = urlsplit(dsn)
-    query = urlencode(
-        [*parse_qsl(parts.query, keep_blank_values=True), ("schema", schema)], quote_via=quote
-    )
-    return urlunsplit(parts._replace(query=query))
-
-
-def _key_row(key: FactKey) -> tuple[str, str, str, str, str]:
-    return (key.tenant, key.subject, key.scope_kind, key.scope_key, key.fact_key)
-
-
-def _event_row(e: Event) -> tuple[Any, ...]:
-    return (
-        e.seq,
-        e.key_seq,
-        e.kind.value,
-        *_key_row(e.key),
-        e.recorded_at,
-        list(e.version_ids),
-        e.payload,
-        e.payload_hash,
-        e.event_id,
-    )
-
-
-def _version_row(e: Event, sequenced: bool) -> tuple[Any, ...]:
-    v = e.version
-    if v is None:  # pragma: no cover - event_from_record and make_event always set it
-        raise IntegrityError(f"event seq {e.seq}: an ASSERT without its version")
-    value_json = canonical_json(v.value)
-    return (
-        v.id,
-        *_key_row(v.key),
-        _jsonb(value_json),
-        value_json,
-        v.valid.start,
-        v.valid.end,
-        v.recorded_at,
-        v.source_id,
-        v.source_hash,
-        v.supersedes,
-        float(v.weight),
-        e.seq if sequenced else None,
-        e.key_seq,
-    )
-
-
-def _jsonb(value_json: str) -> str | None:
-    """jsonb cannot hold \\u0000; such a value keeps only its exact text column."""
-    return None if "\\u0000" in value_json else value_json
-
-
-def _bounds(during: Range[datetime]) -> tuple[str | None, str | None]:
-    lo = None if during.lower is None else format_instant(parse_instant(during.lower))
-    hi = None if during.upper is None else format_instant(parse_instant(during.upper))
-    return lo, hi
-
-
-def _overlap_message(summaries: Mapping[FactKey, KeySummary], exc: psycopg.Error) -> str:
-    """Name the key and the two intervals that the EXCLUDE constraint refused."""
-    for key, s in summaries.items():
-        segs = s.segments
-        for i, (va, xa, sa, ea) in enumerate(segs):
-            for vb, xb, sb, eb in segs[i + 1 :]:
-                if xa != xb and _overlaps(sa, ea, sb, eb):
-                    return (
-                        f"toki_adjudicated: key {key} would hold {xa} ({va}) on [{sa}, {ea}) "
-                        f"and {xb} ({vb}) on [{sb}, {eb}), which overlap (constraint "
-                        "toki_adjudicated_no_contradiction); nothing was written"
-                    )
-    return f"toki_adjudicated: {_describe(exc)}; nothing was written"
-
-
-def _overlaps(sa: str | None, ea: str | None, sb: str | None, eb: str | None) -> bool:
-    lo = max((parse_instant(x) for x in (sa, sb) if x is not None), default=None)
-    hi = min((parse_instant(x) for x in (ea, eb) if x is not None), default=None)
-    return lo is None or hi is None or lo < hi
-
-
-def _describe(exc: psycopg.Error) -> str:
-    diag = exc.diag
-    parts = [str(diag.message_primary or exc).strip()]
-    if diag.message_detail:
-        parts.append(diag.message_detail)
-    if diag.constraint_name:
-        parts.append(f"constraint {diag.constraint_name}")
-    return "; ".join(parts)
-
-
-def _cause(exc: BaseException) -> str:
-    if isinstance(exc, psycopg.Error):
-        return f"SQLSTATE {exc.sqlstate}: {str(exc).strip()}"
-    return str(exc)

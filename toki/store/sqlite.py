@@ -16,14 +16,27 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
-from toki.canonical import canonical_json
-from toki.chain import GENESIS, link
-from toki.errors import ConstraintViolation, IntegrityError, StoreBusy, StoreError
+from toki.canonical import canonical_json, decode_json
+from toki.chain import GENESIS, Digest, check_seal, consumption_link, link
+from toki.errors import (
+    ConstraintViolation,
+    IntegrityError,
+    InvalidInput,
+    StoreBusy,
+    StoreError,
+)
 from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store.base import ALL_SEQS, EVENT_COLUMNS, LOG_COLUMNS, Plan, events_from_rows
+from toki.store.base import (
+    ALL_SEQS,
+    EVENT_COLUMNS,
+    LOG_COLUMNS,
+    Operation,
+    Plan,
+    events_from_rows,
+)
 from toki.time import format_instant, parse_instant
 
 __all__ = ["INSERT_EVENT", "SCHEMA_VERSION", "SQLiteStore", "event_row", "id_prefix"]
@@ -96,13 +109,19 @@ CREATE TABLE IF NOT EXISTS toki_consumption (
     record_id TEXT NOT NULL UNIQUE,
     consumer  TEXT NOT NULL,
     read_at   TEXT NOT NULL,
-    payload   TEXT NOT NULL
+    payload   TEXT NOT NULL,
+    chain     TEXT
 );
 CREATE INDEX IF NOT EXISTS toki_consumption_consumer ON toki_consumption (consumer);
 CREATE TRIGGER IF NOT EXISTS toki_consumption_no_update BEFORE UPDATE ON toki_consumption
 BEGIN SELECT RAISE(ABORT, 'toki_consumption is append-only: UPDATE is not allowed'); END;
 CREATE TRIGGER IF NOT EXISTS toki_consumption_no_delete BEFORE DELETE ON toki_consumption
 BEGIN SELECT RAISE(ABORT, 'toki_consumption is append-only: DELETE is not allowed'); END;
+CREATE TABLE IF NOT EXISTS toki_op (op_id TEXT PRIMARY KEY, result TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS toki_op_no_update BEFORE UPDATE ON toki_op
+BEGIN SELECT RAISE(ABORT, 'toki_op is append-only: UPDATE is not allowed'); END;
+CREATE TRIGGER IF NOT EXISTS toki_op_no_delete BEFORE DELETE ON toki_op
+BEGIN SELECT RAISE(ABORT, 'toki_op is append-only: DELETE is not allowed'); END;
 """
 ).replace("{no_update}", _NO_UPDATE)
 
@@ -150,8 +169,14 @@ def event_row(e: Event, key_id: int, link: str | None = None) -> tuple[object, .
 class SQLiteStore:
     """Durable events and projection in one SQLite file."""
 
-    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout: float = 30.0, existing: bool = False
+    ) -> None:
+        """existing: open only a toki store that is there, read-only, creating and migrating
+        nothing (`toki verify`, `toki shadow`). A file that cannot be opened for writing
+        (read-only media) is opened read-only too: readable and verifiable, writes refused."""
         self.path = str(path)
+        self.read_only = False
         self.url = f"sqlite:///{self.path}"
         self.busy_timeout = busy_timeout
         self._lock = threading.RLock()
@@ -159,6 +184,14 @@ class SQLiteStore:
         self._key_ids: dict[str, int] = {}
         """fact key text → its toki_key id, for ids this connection has seen committed or
         written in the open transaction (forgotten on rollback; toki_key never changes a row)"""
+        on_disk = self.path != ":memory:" and Path(self.path).is_file()
+        if existing and not on_disk:
+            raise StoreError(
+                f"url: there is no toki store at {self.path} (no such file; nothing was created)"
+            )
+        if existing:
+            self._open_read_only()
+            return
         try:
             self._conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
@@ -168,9 +201,46 @@ class SQLiteStore:
         try:
             with self._errors():
                 self._init_schema()
+        except StoreError as exc:
+            self._conn.close()
+            if not (on_disk and _read_only_media(exc)):
+                raise
+            self._open_read_only()
         except BaseException:
             self._conn.close()
             raise
+
+    def _open_read_only(self) -> None:
+        """Open the file with SQLite's mode=ro (immutable=1 where even that fails: a WAL file
+        on media where its -shm cannot be created); refuse anything but a current toki store."""
+        uri = Path(self.path).resolve().as_uri()
+        for query in ("?mode=ro", "?mode=ro&immutable=1"):
+            conn = None
+            try:
+                conn = sqlite3.connect(
+                    uri + query, uri=True, isolation_level=None, check_same_thread=False
+                )
+                tables = _tables(conn)
+                break
+            except sqlite3.Error as exc:
+                if conn is not None:
+                    conn.close()
+                conn_error: sqlite3.Error = exc
+        else:
+            raise StoreError(f"url: cannot open SQLite file {self.path!r}: {conn_error}")
+        self._conn, self.read_only = conn, True
+        try:
+            version = self._version(tables) if "toki_meta" in tables else None
+        except BaseException:
+            conn.close()
+            raise
+        if version != SCHEMA_VERSION:
+            conn.close()
+            what = "is not a toki store" if version is None else f"has schema version {version}"
+            raise StoreError(
+                f"url: {self.path} {what}; read-only, this toki reads only version "
+                f"{SCHEMA_VERSION} (open it writable once to migrate); it was left untouched"
+            )
 
     def _init_schema(self) -> None:
         conn = self._conn
@@ -208,6 +278,17 @@ class SQLiteStore:
                     conn.execute("ROLLBACK")
                 raise
         conn.executescript(_SCHEMA)  # recreates a dropped trigger or index
+        if "chain" not in {r[1] for r in conn.execute("PRAGMA table_info(toki_consumption)")}:
+            conn.execute("ALTER TABLE toki_consumption ADD COLUMN chain TEXT")  # issue #36
+        # a store chained before the seal existed is sealed at its head (check_seal); read
+        # first: a write would wait for the lock another connection may hold
+        head = conn.execute(
+            "SELECT seq || ':' || chain FROM toki_event WHERE chain IS NOT NULL AND seq = "
+            "(SELECT max(seq) FROM toki_event) AND NOT EXISTS (SELECT 1 FROM toki_meta WHERE "
+            "name = 'chain_seal')"
+        ).fetchone()
+        if head is not None:
+            conn.execute("INSERT OR IGNORE INTO toki_meta VALUES ('chain_seal', ?)", head)
 
     def _version(self, tables: set[str]) -> int | None:
         """The file's schema version (None: a new file); a newer one than ours is refused."""
@@ -347,10 +428,12 @@ class SQLiteStore:
         with self._lock:
             self._run("BEGIN")
             try:
+                seal = self.chain_seal()
                 events = list(self.load(ALL_SEQS))
                 watermark, projection = self.load_projection()
             finally:
                 self._conn.execute("COMMIT")
+        check_seal(self.url, events, seal)  # no downgrade: a stripped or shortened chain
         return events, [], watermark, projection
 
     def append(
@@ -360,10 +443,14 @@ class SQLiteStore:
         watermark: int,
         *,
         replace: bool = False,
+        op: Operation | None = None,
     ) -> None:
+        """op: the write's operation id and outcome, stored in the same transaction."""
         with self._locked(), self._errors():
             if events:
                 self._insert(events)
+            if op is not None:
+                self._conn.execute("INSERT INTO toki_op VALUES (?, ?)", (op.op_id, op.result))
             if replace:
                 self._conn.execute("DELETE FROM toki_current")
             self._conn.executemany(
@@ -386,9 +473,43 @@ class SQLiteStore:
 
     def _insert(self, events: Sequence[Event]) -> None:
         """Insert events with their key ids and chain links, continuing from the last stored
-        event's link."""
+        event's link, and move the chain seal to the new head (toki.chain.check_seal)."""
         prev, key_ids = self._link_start(), self._key_ids_for(events)
-        self._conn.executemany(INSERT_EVENT, _rows(events, key_ids, prev))
+        rows = _rows(events, key_ids, prev)
+        self._conn.executemany(INSERT_EVENT, rows)
+        self._seal(f"{rows[-1][0]}:{rows[-1][-1]}")
+
+    def _seal(self, text: str) -> None:
+        self._conn.execute("INSERT OR REPLACE INTO toki_meta VALUES ('chain_seal', ?)", (text,))
+
+    def op_result(self, op_id: str) -> str | None:
+        """The recorded outcome of a committed operation id, None if it never committed."""
+        with self._lock, self._errors():
+            if self.read_only and "toki_op" not in _tables(self._conn):
+                return None  # a file written before operation ids, opened read-only
+            row = self._conn.execute(
+                "SELECT result FROM toki_op WHERE op_id = ?", (op_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def chain_seal(self) -> Digest | None:
+        """The (seq, link) the store sealed its chain at; None before it was chained."""
+        with self._lock, self._errors():
+            row = self._conn.execute(
+                "SELECT value FROM toki_meta WHERE name = 'chain_seal'"
+            ).fetchone()
+        return None if row is None else _parse_seal(self.path, str(row[0]))
+
+    def load_log(self) -> tuple[list[Event], Digest | None]:
+        """Every stored event (with its link) and the chain seal, in one read transaction."""
+        with self._lock:
+            self._run("BEGIN")
+            try:
+                seal = self.chain_seal()
+                events = list(self.load(ALL_SEQS))
+            finally:
+                self._conn.execute("COMMIT")
+        return events, seal
 
     def _link_start(self) -> str:
         """The link of the last stored event (GENESIS for an empty log)."""
@@ -435,12 +556,18 @@ class SQLiteStore:
         """The one-time migration of an unchained log: store the links of events that have
         none (the append-only trigger is lifted for this statement only, in one transaction)."""
         with self._locked(), self._errors():
+            if self.chain_seal() is not None:  # once chained, never again (check_seal)
+                raise IntegrityError(
+                    f"{self.path}: the store's chain is sealed; it cannot be chained again"
+                )
             self._conn.execute("DROP TRIGGER toki_event_no_update")
             self._conn.executemany(
                 "UPDATE toki_event SET chain = ? WHERE seq = ? AND chain IS NULL",
                 [(link_, seq) for seq, link_ in links],
             )
             self._conn.execute(_NO_UPDATE)
+            if links:
+                self._seal(f"{links[-1][0]}:{links[-1][1]}")
 
     def load(self, after_seq: int = 0) -> Iterator[Event]:
         with self._lock, self._errors():
@@ -476,11 +603,71 @@ class SQLiteStore:
         """Append (record id, consumer, read_at, payload) rows; a known id is a no-op. Its own
         short transaction: it never touches the event log or the projection."""
         with self._locked(), self._errors():
-            self._conn.executemany(
-                "INSERT OR IGNORE INTO toki_consumption (record_id, consumer, read_at, payload) "
-                "VALUES (?,?,?,?)",
-                rows,
+            conn = self._conn
+            seal = conn.execute(
+                "SELECT value FROM toki_meta WHERE name = 'consumption_seal'"
+            ).fetchone()
+            if seal is None:  # the first chained record: after any unchained ones
+                count = conn.execute("SELECT count(*) FROM toki_consumption").fetchone()
+                position, head = int(count[0]), GENESIS
+            else:
+                sealed = _parse_seal(self.path, str(seal[0]))
+                position, head = sealed.seq, sealed.head
+            for record_id, consumer, read_at, payload in rows:
+                known = conn.execute(
+                    "SELECT 1 FROM toki_consumption WHERE record_id = ?", (record_id,)
+                ).fetchone()
+                if known:  # a known id is a no-op
+                    continue
+                head = consumption_link(head, record_id, payload)
+                position += 1
+                conn.execute(
+                    "INSERT INTO toki_consumption (record_id, consumer, read_at, payload, chain) "
+                    "VALUES (?,?,?,?,?)",
+                    (record_id, consumer, read_at, payload, head),
+                )
+            conn.execute(
+                "INSERT OR REPLACE INTO toki_meta VALUES ('consumption_seal', ?)",
+                (f"{position}:{head}" if position else "0:",),
             )
+
+    def index_problem(self) -> str | None:
+        """The first event whose `toki_key` row names another fact key than its payload does
+        (toki_key is an index of the log: an edit there misfiles events; `toki verify`)."""
+        with self._lock, self._errors():
+            rows = self._conn.execute(
+                "SELECT e.seq, e.payload, k.fact_key FROM toki_event e LEFT JOIN toki_key k "
+                "ON k.id = e.key_id ORDER BY e.seq"
+            ).fetchall()
+        for seq, payload, key_text in rows:
+            key = decode_json(payload)["_key"]
+            if key_text is None or canonical_json(key) != key_text:
+                return (
+                    f"{self.path}: event seq {seq} is filed under toki_key "
+                    f"{key_text!r:.80}, not its own key: toki_key or toki_event.key_id was "
+                    "changed outside toki"
+                )
+        return None
+
+    def load_consumption_log(self) -> tuple[list[tuple[str, str, str | None]], Digest | None]:
+        """Every consumption record (id, payload, link) in append order, and the seal."""
+        with self._lock:
+            self._run("BEGIN")
+            try:
+                with self._errors():
+                    info = self._conn.execute("PRAGMA table_info(toki_consumption)")
+                    columns = {r[1] for r in info}
+                    chain = "chain" if "chain" in columns else "NULL"  # read-only, pre-#36
+                    rows = self._conn.execute(
+                        f"SELECT record_id, payload, {chain} FROM toki_consumption ORDER BY n"
+                    ).fetchall()
+                    seal = self._conn.execute(
+                        "SELECT value FROM toki_meta WHERE name = 'consumption_seal'"
+                    ).fetchone()
+            finally:
+                self._conn.execute("COMMIT")
+        parsed = None if seal is None else _parse_seal(self.path, str(seal[0]))
+        return [(str(a), str(b), None if c is None else str(c)) for a, b, c in rows], parsed
 
     def load_consumption(self, consumer: str | None = None) -> list[tuple[str, str]]:
         """(record id, payload) rows in append order, of one consumer or all."""
@@ -513,6 +700,22 @@ def _rows(events: Sequence[Event], key_ids: Sequence[int], prev: str) -> list[tu
         prev = link(prev, e)
         rows.append(event_row(e, key_id, prev))
     return rows
+
+
+def _parse_seal(where: str, text: str) -> Digest:
+    try:
+        return Digest.parse(text)
+    except InvalidInput:
+        raise IntegrityError(
+            f"{where}: the chain seal in toki_meta ({text!r}) is not a digest: it was changed "
+            "outside toki; run `toki verify URL --digest D` with a digest saved earlier"
+        ) from None
+
+
+def _read_only_media(exc: StoreError) -> bool:
+    """Whether opening for writing failed only because the file or its folder is read-only."""
+    text = str(exc.__cause__ or exc).lower()
+    return "readonly" in text or "read-only" in text or "unable to open" in text
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:

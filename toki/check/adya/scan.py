@@ -16,7 +16,7 @@ from toki.check.adya.explain import Anomaly, join, kname, render_read, tname
 from toki.check.adya.history import History, Key, TxnId, Value
 from toki.errors import HistoryFormatError
 
-__all__ = ["Scan", "lost_updates", "scan"]
+__all__ = ["Scan", "internal_violation", "lost_updates", "scan"]
 
 
 @dataclass(slots=True)
@@ -95,7 +95,7 @@ def scan(history: History) -> Scan:
                     rv_add(v)
                     rn_add(node)
                     continue
-                if k in expect and _internal_violation(expect[k], v):
+                if k in expect and internal_violation(expect[k], v):
                     anomalies.append(
                         Anomaly(
                             "internal",
@@ -178,7 +178,7 @@ def scan(history: History) -> Scan:
     return s
 
 
-def _internal_violation(exp: tuple[Any, ...], v: Any) -> bool:
+def internal_violation(exp: tuple[Any, ...], v: Any) -> bool:
     """Does read value ``v`` contradict what the txn's own earlier ops imply (Elle's internal)?"""
     if exp[0] == "R":
         return bool(v != exp[1])

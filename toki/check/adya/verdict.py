@@ -121,6 +121,25 @@ def workload(history: History) -> str:
     return "rw-register" if reads else "empty"
 
 
+def plan(models: Iterable[str], anomalies: Iterable[str]) -> tuple[list[str], set[str], bool, bool]:
+    """The models asked for (canonical), the anomalies that make a history invalid, and
+    whether the graph needs process / real-time edges."""
+    ms = parse_models(models)
+    extra = [a.strip().lstrip(":") for a in anomalies if a.strip()]
+    prohibited = anomalies_prohibited_by(ms) | anomalies_implying(extra)
+    process, realtime = graphs_needed(prohibited | UNKNOWN_ANOMALIES)
+    return ms, prohibited, process, realtime
+
+
+def options(wfr_keys: bool, sequential_keys: bool, linearizable_keys: bool) -> dict[str, bool]:
+    """The register-inference options as a verdict reports them."""
+    return {
+        "wfr-keys": wfr_keys,
+        "sequential-keys": sequential_keys,
+        "linearizable-keys": linearizable_keys,
+    }
+
+
 def verdict(
     history: History,
     *,
@@ -133,11 +152,8 @@ def verdict(
 ) -> Verdict:
     """Check ``history`` against consistency models (Elle's names; default strict
     serializability, as in Elle) and any extra anomaly types that must not occur."""
-    ms = parse_models(models)
-    extra = [a.strip().lstrip(":") for a in anomalies if a.strip()]
-    prohibited = anomalies_prohibited_by(ms) | anomalies_implying(extra)
+    ms, prohibited, process, realtime = plan(models, anomalies)
     reportable = prohibited | UNKNOWN_ANOMALIES
-    process, realtime = graphs_needed(reportable)
     result = analyse(
         history,
         process=process,
@@ -180,10 +196,6 @@ def verdict(
         workload(history),
         process,
         realtime,
-        {
-            "wfr-keys": wfr_keys,
-            "sequential-keys": sequential_keys,
-            "linearizable-keys": linearizable_keys,
-        },
+        options(wfr_keys, sequential_keys, linearizable_keys),
         notes,
     )

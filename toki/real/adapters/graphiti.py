@@ -60,7 +60,8 @@ def _iso_day(claim: Mapping[str, Any]) -> str:
 @dataclass(frozen=True, slots=True)
 class GraphitiHost:
     def config(self, workload: Workload) -> dict[str, Any]:
-        return {}
+        scopes = getattr(workload, "scopes", None)  # an OpProgram names its groups
+        return {} if scopes is None else {"groups": sorted(scopes)}
 
     def answer(self, point: GatePoint, judge: Picker) -> Any:
         if point.kind != "llm":
@@ -69,7 +70,7 @@ class GraphitiHost:
         claim = detail.get("claim") or {}
         prompt = str(detail.get("prompt", ""))
         subject, value, predicate = _names(claim)
-        if prompt.startswith("extract_nodes.extract_"):
+        if prompt.startswith("extract_nodes.extract_") and "summar" not in prompt:
             return {
                 "extracted_entities": [
                     {"name": subject, "entity_type_id": 0},
@@ -88,18 +89,21 @@ class GraphitiHost:
                     for n in detail.get("extracted") or []
                 ]
             }
+        edge = {
+            "source_entity_name": subject,
+            "target_entity_name": value,
+            "relation_type": predicate.upper().replace("-", "_"),
+            "fact": fact_of(str(claim.get("key")), value),
+        }
         if prompt == "extract_edges.edge":
+            return {"edges": [{**edge, "valid_at": _iso_day(claim), "invalid_at": None}]}
+        if prompt.startswith("extract_nodes_and_edges."):  # add_episode_bulk's combined one
             return {
-                "edges": [
-                    {
-                        "source_entity_name": subject,
-                        "target_entity_name": value,
-                        "relation_type": predicate.upper().replace("-", "_"),
-                        "fact": fact_of(str(claim.get("key")), value),
-                        "valid_at": _iso_day(claim),
-                        "invalid_at": None,
-                    }
-                ]
+                "extracted_entities": [
+                    {"name": subject, "entity_type_id": 0},
+                    {"name": value, "entity_type_id": 0},
+                ],
+                "edges": [{**edge, "episode_indices": [0]}],
             }
         if prompt == "dedupe_edges.resolve_edge":
             return self._resolve(detail, judge)
@@ -142,7 +146,10 @@ class GraphitiHost:
     def replay_inputs(
         self, observation: Mapping[str, Any], workload: Workload
     ) -> list[SimClaim] | None:
-        """The stored episodes as the workload's claims, in the order Graphiti lists them."""
+        """The stored episodes as the workload's claims, in the order Graphiti lists them
+        (None for a program of operations: its steps are no claims to re-ingest)."""
+        if getattr(workload, "family", None) is not None:
+            return None
         pool = [c for inbox in workload.inboxes for c in inbox]
         out = []
         for episode in observation.get("episodes") or []:

@@ -87,7 +87,9 @@ class LangGraphStoreHost:
 @dataclass(frozen=True, slots=True)
 class LangMemHost:
     def config(self, workload: Workload) -> dict[str, Any]:
-        return {"mode": "langmem", "subjects": _subjects(workload)}
+        scopes = getattr(workload, "scopes", None)  # an OpProgram names its users
+        subjects = sorted(scopes) if scopes is not None else _subjects(workload)
+        return {"mode": "langmem", "subjects": subjects}
 
     def answer(self, point: GatePoint, judge: Picker) -> Any:
         if point.kind != "llm":
@@ -138,7 +140,10 @@ class LangMemHost:
     def replay_inputs(
         self, observation: Mapping[str, Any], workload: Workload
     ) -> list[SimClaim] | None:
-        """The application's thread (the turns it kept before each invoke), in order."""
+        """The application's thread (the turns it kept before each invoke), in order
+        (None for a program of operations: it keeps no thread)."""
+        if getattr(workload, "family", None) is not None:
+            return None
         return [SimClaim.from_json(c) for c in observation.get("thread") or []]
 
     def recover(

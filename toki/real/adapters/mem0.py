@@ -71,6 +71,9 @@ class Mem0Host:
     major: int
 
     def config(self, workload: Workload) -> dict[str, Any]:
+        scopes = getattr(workload, "scopes", None)  # an OpProgram names its users itself
+        if scopes is not None:
+            return {"users": sorted(scopes)}
         return {"users": sorted({subject(k) for k in workload.keys})}
 
     # -- the LLM -------------------------------------------------------------------------

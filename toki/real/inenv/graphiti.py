@@ -51,6 +51,9 @@ from .controller import Controller
 
 __all__ = ["Adapter"]
 
+# the program step log: every step's return reads and writes it (see _program)
+_LOG = ([("program", "log")], [("program", "log")])
+
 GROUP = "toki"
 CLAIM: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "toki_real_graphiti_claim", default=None
@@ -137,6 +140,8 @@ class Adapter:
         from graphiti_core.graph_queries import get_fulltext_indices
         from graphiti_core.llm_client.client import LLMClient
         from graphiti_core.llm_client.config import LLMConfig
+        from graphiti_core.nodes import EpisodeType, EpisodicNode
+        from graphiti_core.utils.bulk_utils import RawEpisode
 
         self.version = importlib.metadata.version("graphiti-core")
         self.kuzu = kuzu
@@ -165,7 +170,7 @@ class Adapter:
                 prompt = PROMPT.get() or {}
                 name = prompt_name or prompt.get("name") or "unknown"
                 detail = {
-                    "claim": CLAIM.get(),
+                    "claim": _prompt_claim(prompt.get("context")),
                     "prompt": name,
                     **_summary(name, prompt.get("context")),
                 }
@@ -228,6 +233,12 @@ class Adapter:
                 module.uuid = fake_uuid  # type: ignore[attr-defined]
         self.graphiti: Any = None
         self.driver: Any = None
+        self.groups: list[str] = [GROUP]
+        self.steps: list[dict[str, Any]] = []  # program steps, in the order they returned
+        self.bound: dict[str, list[dict[str, Any]]] = {}  # a read's answer, by binding name
+        self.EpisodicNode = EpisodicNode
+        self.RawEpisode = RawEpisode
+        self.EpisodeType = EpisodeType
 
     def now(self) -> datetime:
         """Graphiti's `utc_now`: a clock per agent (see the module docstring)."""
@@ -256,6 +267,9 @@ class Adapter:
         for query in self.fulltext:  # 0.31.2: build_indices_and_constraints is a no-op
             driver.client.connection.execute(query)
         self.driver = driver
+        self.groups = sorted({GROUP, *(config.get("groups") or [])})
+        self.steps = []
+        self.bound = {}
         self.graphiti = self.Graphiti(
             graph_driver=driver,
             llm_client=self.llm,
@@ -264,6 +278,8 @@ class Adapter:
         )
 
     async def agent_main(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
+        if inbox and "op" in inbox[0]:
+            return await self._program(agent, inbox)
         out: list[Any] = []
         for n, claim in enumerate(inbox):
             self.controller.begin_claim(n)
@@ -317,6 +333,135 @@ class Adapter:
                 {"name": e.name, "content": e.content, "valid_at": _iso(e.valid_at)}
                 for e in episodes
             ],
+            "derived": self._derived(),
+        }
+
+    # -- programs of Graphiti's own operations (toki/real/program.py) ---------------------
+
+    async def _program(self, agent: int, steps: list[dict[str, Any]]) -> list[Any]:
+        out: list[Any] = []
+        for n, step in enumerate(steps):
+            self.controller.begin_claim(n)
+            op = str(step["op"])
+            # invoked after the returns logged so far (real-time order: what a read
+            # invoked after a delete returned may no longer serve)
+            entry: dict[str, Any] = {
+                "agent": agent,
+                "step": n,
+                "op": op,
+                "invoked": len(self.steps),
+            }
+            try:
+                args = {k: self._resolve(v) for k, v in step.items() if k not in ("op", "bind")}
+                entry["args"] = args
+                groups = args.get("group_ids") or []
+                group = args.get("group_id", groups[0] if len(groups) == 1 else None)
+                entry["scope"] = {} if group is None else {"group_id": str(group)}
+                entry["returned"] = await self._call(agent, n, op, args)
+                if step.get("bind"):
+                    self.bound[str(step["bind"])] = entry["returned"]
+            except Exception as exc:  # an application logs a failed call and goes on
+                entry["error"] = f"{type(exc).__name__}: {exc}"
+            # the call returns: a gate point ordered against every other return, so the
+            # step log's order (what a later read saw after a delete) is explored by the
+            # scheduler, not fixed by it
+            await self.controller.agate("program", "program.return", {"op": op, "step": n}, *_LOG)
+            self.steps.append(entry)
+            out.append(entry.get("returned", entry.get("error")))
+        return out
+
+    def _resolve(self, value: Any) -> Any:
+        if not (isinstance(value, str) and value.startswith("$")):
+            return value
+        name, _, last = value[1:].rpartition(".")
+        name, index = (name, int(last)) if last.isdigit() and name else (value[1:], 0)
+        records = self.bound.get(name) or []
+        if len(records) <= index:
+            raise LookupError(f"{value}: the step bound to {name!r} returned no record {index}")
+        return records[index].get("id")
+
+    async def _call(self, agent: int, n: int, op: str, args: dict[str, Any]) -> Any:
+        g = self.graphiti
+        group = str(args.get("group_id", GROUP))
+        day = int(args.get("day", 0))
+        if op == "add_episode":
+            text = str(args["text"])
+            CLAIM.set(_claim(text, day))
+            result = await g.add_episode(
+                name=f"step {agent}.{n}",
+                episode_body=text,
+                source_description="toki program",
+                reference_time=stubs.BASE + timedelta(days=day),
+                group_id=group,
+            )
+            # the episode, and each edge it saved as the call reports it (resolved and
+            # invalidated): what response-divergence compares with the stored edge
+            return [
+                {"id": result.episode.uuid, "event": "EPISODE"},
+                *(
+                    {
+                        "id": e.uuid,
+                        "event": "SAVE",
+                        "text": e.fact,
+                        "state": {"invalid_at": _iso(e.invalid_at)},
+                    }
+                    for e in sorted(result.edges, key=lambda e: str(e.uuid))
+                ),
+            ]
+        if op == "add_episode_bulk":
+            texts = [str(t) for t in args["texts"]]
+            raw = [
+                self.RawEpisode(
+                    name=f"step {agent}.{n}.{i}",
+                    content=t,
+                    source_description="toki program",
+                    source=self.EpisodeType.text,
+                    reference_time=stubs.BASE + timedelta(days=day),
+                )
+                for i, t in enumerate(texts)
+            ]
+            CLAIM.set(_claim(texts[0], day) if texts else None)
+            result = await g.add_episode_bulk(raw, group_id=group)
+            return [{"id": e.uuid, "event": "EPISODE"} for e in result.episodes]
+        if op == "remove_episode":
+            await g.remove_episode(str(args["episode_id"]))
+            return [{"id": str(args["episode_id"]), "event": "DELETE"}]
+        if op == "search":
+            groups = [str(x) for x in args.get("group_ids") or [group]]
+            edges = await g.search(str(args["query"]), group_ids=groups)
+            return [_edge_record(e) for e in edges]
+        if op == "get_edges":
+            return [_edge_record(e) for e in await self._group_edges([group])]
+        raise ValueError(f"graphiti has no operation {op!r}")
+
+    async def _group_edges(self, groups: list[str]) -> list[Any]:
+        try:
+            edges = await self.EntityEdge.get_by_group_ids(self.driver, groups)
+        except self.GroupsEdgesNotFoundError:
+            edges = []
+        return sorted(edges, key=lambda e: (str(e.fact), str(e.uuid)))
+
+    def _derived(self) -> dict[str, Any]:
+        """Graphiti's derived structures, read from the graph: the entity edges (records,
+        scoped by group) and the two records of which episode supports which edge: each
+        edge's `episodes` list, and each episode's `entity_edges` list."""
+        edges = asyncio.run(self._group_edges(self.groups))
+        episodes = asyncio.run(self.EpisodicNode.get_by_group_ids(self.driver, self.groups))
+        live = {e.uuid for e in edges}
+        return {
+            "records": [
+                {**_edge_record(e), "state": {"invalid_at": _iso(e.invalid_at)}} for e in edges
+            ],
+            "structures": {
+                "edge_provenance": sorted(
+                    f"{p}->{e.uuid}" for e in edges for p in e.episodes or []
+                ),
+                "episode_edges": sorted(
+                    f"{ep.uuid}->{x}" for ep in episodes for x in ep.entity_edges or [] if x in live
+                ),
+            },
+            "agree": [["edge_provenance", "episode_edges"]],
+            "steps": list(self.steps),
         }
 
     def recover(self, config: dict[str, Any]) -> Any:
@@ -334,6 +479,36 @@ class Adapter:
         if driver is not None:
             driver.client.connection.close()
             driver.db.close()
+
+
+def _claim(text: str, day: int = 0) -> dict[str, Any] | None:
+    """The claim an episode text states ('<key> is <value>'), for the stub LLM."""
+    key, sep, value = text.partition(" is ")
+    return {"key": key, "value": value, "start": day} if sep else None
+
+
+def _prompt_claim(context: Any) -> dict[str, Any] | None:
+    """The agent's claim, unless the prompt is about another episode (a bulk call)."""
+    claim, episode = CLAIM.get(), _episode_claim(context)
+    if episode is None or (
+        claim is not None
+        and (claim.get("key"), claim.get("value")) == (episode["key"], episode["value"])
+    ):
+        return claim
+    return episode
+
+
+def _episode_claim(context: Any) -> dict[str, Any] | None:
+    """In a bulk call every episode's prompts run in one agent: the claim is read from the
+    episode the prompt is about."""
+    if isinstance(context, dict) and isinstance(context.get("episode_content"), str):
+        day = int((CLAIM.get() or {}).get("start") or 0)  # the step's reference day
+        return _claim(context["episode_content"], day)
+    return None
+
+
+def _edge_record(e: Any) -> dict[str, Any]:
+    return {"id": e.uuid, "text": e.fact, "scope": {"group_id": str(e.group_id)}}
 
 
 def _iso(value: Any) -> str | None:

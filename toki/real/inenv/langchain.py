@@ -48,6 +48,9 @@ from .mem0 import _inline_pools
 
 __all__ = ["Adapter"]
 
+# the program step log: every step's return reads and writes it (see _program)
+_LOG = ([("program", "log")], [("program", "log")])
+
 CLAIM: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "toki_real_langchain_claim", default=None
 )
@@ -157,6 +160,7 @@ class Adapter:
         self.schema: str | None = None
         self.dsn: str | None = None
         self.subjects: list[str] = []
+        self.steps: list[dict[str, Any]] = []  # program steps, in the order they returned
 
     def describe(self) -> dict[str, Any]:
         return {"library": "langgraph", "version": self.versions["langgraph"], **self.versions}
@@ -164,6 +168,7 @@ class Adapter:
     def open(self, config: dict[str, Any]) -> None:
         self.close()
         self.mode = str(config.get("mode") or "store-memory")
+        self.steps = []
         self.subjects = list(config.get("subjects") or ["user"])
         if self.mode == "store-postgres":
             self._open_postgres(str(config["dsn"]))
@@ -193,6 +198,8 @@ class Adapter:
         self.store.setup()
 
     def agent_main(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
+        if inbox and "op" in inbox[0]:
+            return self._program(agent, inbox)
         out: list[Any] = []
         for n, claim in enumerate(inbox):
             self.controller.begin_claim(n)
@@ -241,7 +248,9 @@ class Adapter:
 
     def observe(self) -> dict[str, Any]:
         if self.mode != "langmem":
-            return {"items": self._items()}
+            return {"items": self._items(), "derived": self._derived()}
+        if self.steps:  # a program of the manager's operations
+            return {"items": self._items(), "derived": self._derived()}
         thread = [
             item
             for subject in self.subjects
@@ -252,6 +261,115 @@ class Adapter:
 
     def recover(self, config: dict[str, Any]) -> Any:
         return None  # neither keeps a log: what survives is the store's own rows
+
+    # -- programs of the store's own operations (toki/real/program.py) -------------------
+
+    def _program(self, agent: int, steps: list[dict[str, Any]]) -> list[Any]:
+        out: list[Any] = []
+        for n, step in enumerate(steps):
+            self.controller.begin_claim(n)
+            op = str(step["op"])
+            args = {k: v for k, v in step.items() if k not in ("op", "bind")}
+            namespace: tuple[str, ...]
+            if self.mode == "langmem":  # the manager's namespace: ("memories", user_id)
+                namespace = ("memories", str(args.get("user_id", "user")))
+                scope = {"user_id": str(args.get("user_id", "user"))}
+            else:
+                namespace = tuple(str(x) for x in args.get("namespace") or ())
+                scope = {"namespace": "/".join(namespace)}
+            entry: dict[str, Any] = {
+                "agent": agent,
+                "step": n,
+                "op": op,
+                "args": args,
+                "scope": scope,
+                "invoked": len(self.steps),  # after the returns logged so far
+            }
+            try:
+                entry["returned"] = self._call(op, namespace, args)
+            except Exception as exc:  # an application logs a failed call and goes on
+                entry["error"] = f"{type(exc).__name__}: {exc}"
+            # the call returns: a gate point ordered against every other return, so the
+            # step log's order (what a later read saw after a delete) is explored by the
+            # scheduler, not fixed by it
+            self.controller.gate("program", "program.return", {"op": op, "step": n}, *_LOG)
+            self.steps.append(entry)
+            out.append(entry.get("returned", entry.get("error")))
+        return out
+
+    def _call(self, op: str, namespace: tuple[str, ...], args: dict[str, Any]) -> Any:
+        store = self.store
+        if op == "put":
+            key = str(args["key"])
+            store.put(namespace, key, {"value": args["value"]})
+            rid = resource(namespace, key)
+            return [{"id": rid, "event": "ADD", "text": str(args["value"])}]
+        if op == "delete":
+            store.delete(namespace, str(args["key"]))
+            return [{"id": resource(namespace, args["key"]), "event": "DELETE"}]
+        if op == "get":
+            item = store.get(namespace, str(args["key"]))
+            return [] if item is None else [_item_record(item)]
+        if op == "search":
+            return [_item_record(i, self.mode) for i in store.search(namespace, limit=1000)]
+        if op == "manage":  # LangMem's manager over one conversation turn
+            text = str(args["text"])
+            key, _, value = text.partition(" is ")
+            CLAIM.set({"key": key, "value": value})
+            puts = self.manager.invoke(
+                {"messages": [{"role": "user", "content": text}]},
+                config={"configurable": {"user_id": namespace[-1]}},
+            )
+            return [
+                {
+                    "id": resource(tuple(p["namespace"]), p["key"]),
+                    "event": "DELETE" if p.get("value") is None else "SAVE",
+                    "text": None if p.get("value") is None else _content(p["value"]),
+                }
+                for p in puts
+            ]
+        raise ValueError(f"the store has no operation {op!r}")
+
+    def _rows(self) -> list[tuple[tuple[str, ...], str, Any]]:
+        """Every (namespace, key, value) the store holds, read from its own storage (the
+        InMemoryStore's dict, the PostgresStore's table), not through search."""
+        if self.mode == "store-postgres":
+            with self.store._cursor() as cur:
+                cur.execute("SELECT prefix, key, value FROM store ORDER BY prefix, key")
+                rows = cur.fetchall()
+            out = []
+            for r in rows:
+                prefix, key, value = (
+                    (r["prefix"], r["key"], r["value"]) if isinstance(r, dict) else r
+                )
+                out.append((tuple(str(prefix).split(".")), str(key), value))
+            return out
+        data = getattr(self.store, "_data", {}) or {}
+        return sorted(
+            (tuple(ns), str(k), item.value)
+            for ns, items in data.items()
+            for k, item in items.items()
+        )
+
+    def _derived(self) -> dict[str, Any]:
+        records = []
+        for namespace, key, value in self._rows():
+            if self.mode == "langmem":
+                if namespace[:1] != ("memories",):
+                    continue  # the application's thread log, not memories
+                text: Any = _content(value)
+                scope = {"user_id": "/".join(namespace[1:])}
+            else:
+                text = value.get("value") if isinstance(value, dict) else value
+                scope = {"namespace": "/".join(namespace)}
+            records.append(
+                {
+                    "id": resource(namespace, key),
+                    "text": None if text is None else str(text),
+                    "scope": scope,
+                }
+            )
+        return {"records": records, "steps": list(self.steps)}
 
     def on_crash(self, agent: int) -> None:
         pass  # a batch runs whole inside its call: an abandoned agent holds nothing
@@ -267,6 +385,23 @@ class Adapter:
             with contextlib.suppress(Exception), psycopg.connect(self.dsn, autocommit=True) as c:
                 c.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
         self.schema = None
+
+
+def _item_record(item: Any, mode: str = "store-memory") -> dict[str, Any]:
+    """A store item as a reader is served it (program reads); LangMem's memories are
+    scoped by the user their namespace names."""
+    if mode == "langmem":
+        return {
+            "id": resource(item.namespace, item.key),
+            "text": _content(item.value),
+            "scope": {"user_id": "/".join(item.namespace[1:])},
+        }
+    value = item.value.get("value") if isinstance(item.value, dict) else item.value
+    return {
+        "id": resource(item.namespace, item.key),
+        "text": None if value is None else str(value),
+        "scope": {"namespace": "/".join(item.namespace)},
+    }
 
 
 def _content(value: Any) -> str:

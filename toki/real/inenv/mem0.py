@@ -39,6 +39,9 @@ from .controller import CURRENT, Controller
 
 __all__ = ["Adapter"]
 
+# the program step log: every step's return reads and writes it (see _program)
+_LOG = ([("program", "log")], [("program", "log")])
+
 CLAIM: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "toki_real_claim", default=None
 )
@@ -236,6 +239,50 @@ def _inline_pools() -> None:
     concurrent.futures.ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
 
 
+_SCOPES = ("user_id", "agent_id", "run_id")
+
+
+def stub_entities(text: str) -> list[tuple[str, str]]:
+    """Stands in for spaCy's entity extraction (mem0 2.x's entity store): the entities of
+    '<subject>:<predicate> is <value>' are the subject and the value, typed ENTITY. Only
+    with TOKI_MEM0_ENTITIES=1 (the system `mem0-2.2.1+entities`)."""
+    key, sep, value = str(text).partition(" is ")
+    if not sep:
+        return []
+    subject = key.split(":", 1)[0]
+    return [("ENTITY", e) for e in (subject, value) if e.strip()]
+
+
+def _norm(entity: str) -> str:
+    return " ".join(entity.strip().lower().split())
+
+
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("$")
+
+
+def _ref(ref: str) -> tuple[str, int]:
+    """'$a0.found' -> ('a0.found', 0); '$a0.found.1' -> ('a0.found', 1)."""
+    name, _, last = ref[1:].rpartition(".")
+    if last.isdigit() and name:
+        return name, int(last)
+    return ref[1:], 0
+
+
+def _results(got: Any) -> list[dict[str, Any]]:
+    rows = got.get("results", []) if isinstance(got, dict) else got
+    return [r for r in rows or [] if isinstance(r, dict)]
+
+
+def _record(r: dict[str, Any]) -> dict[str, Any]:
+    """A memory as a reader is served it (no scores: they are not part of the answer)."""
+    return {
+        "id": r.get("id"),
+        "text": r.get("memory"),
+        "scope": {k: str(r[k]) for k in _SCOPES if r.get(k) is not None},
+    }
+
+
 class Adapter:
     """The in-environment half of the mem0 adapters (both major versions)."""
 
@@ -264,12 +311,22 @@ class Adapter:
         factory.LlmFactory.create = classmethod(lambda cls, *a, **k: llm)
         factory.EmbedderFactory.create = classmethod(lambda cls, *a, **k: embedder)
         self._capture_prompts(main)
+        self.entities = os.environ.get("TOKI_MEM0_ENTITIES") == "1" and hasattr(
+            main, "extract_entities_batch"
+        )
+        if self.entities:  # spaCy's place, deterministically (see `stub_entities`)
+            main.extract_entities = stub_entities
+            main.extract_entities_batch = lambda texts, batch_size=32: [
+                stub_entities(t) for t in texts
+            ]
         _vector_gates(controller, faiss_store.FAISS)
         _history_gates(controller, storage.SQLiteManager)
         _inline_pools()
         self.memory: Any = None
         self.processes = False
         self.instances: dict[int, Any] = {}
+        self.steps: list[dict[str, Any]] = []  # program steps, in the order they returned
+        self.bound: dict[str, list[dict[str, Any]]] = {}  # a read's answer, by binding name
         self.run_dir: str | None = None
         self.users: list[str] = []
 
@@ -320,6 +377,8 @@ class Adapter:
         }
         self.cfg = cfg
         self.memory = self.main.Memory.from_config(cfg)
+        self.steps = []
+        self.bound = {}
         # deployment "processes": each agent its own instance over the same files, as
         # separate processes of one service would have (toki/real/deploy.py)
         self.processes = config.get("deployment") == "processes"
@@ -341,6 +400,8 @@ class Adapter:
             self.memory = self.main.Memory.from_config(self.cfg)
 
     def agent_main(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
+        if inbox and "op" in inbox[0]:
+            return self._program(agent, inbox)
         out = []
         for n, claim in enumerate(inbox):
             self.controller.begin_claim(n)
@@ -412,7 +473,202 @@ class Adapter:
                 for h in self.memory.history(mid)
             ]
         memories.sort(key=lambda m: (str(m["created_at"]), str(m["id"])))
-        return {"memories": memories, "history": history, "history_api": by_api}
+        return {
+            "memories": memories,
+            "history": history,
+            "history_api": by_api,
+            "derived": self._derived(history),
+        }
+
+    # -- programs of mem0's own operations (toki/real/program.py) -------------------------
+
+    def _program(self, agent: int, steps: list[dict[str, Any]]) -> list[Any]:
+        """Run one agent's steps through mem0's public API; each returns what the API
+        answered (normalised), and the step log keeps the global order they returned in."""
+        out = []
+        for n, step in enumerate(steps):
+            self.controller.begin_claim(n)
+            op = str(step["op"])
+            # invoked after the returns logged so far (real-time order: what a read
+            # invoked after a delete returned may no longer serve)
+            entry: dict[str, Any] = {
+                "agent": agent,
+                "step": n,
+                "op": op,
+                "invoked": len(self.steps),
+            }
+            try:
+                args = {k: self._resolve(v) for k, v in step.items() if k not in ("op", "bind")}
+                entry["args"] = args
+                entry["scope"] = {k: str(v) for k, v in args.items() if k in _SCOPES}
+                if op == "update" and _is_ref(step.get("memory_id")):
+                    entry["basis"] = self._basis(str(step["memory_id"]))
+                text = args.get("text")
+                if isinstance(text, str):
+                    key, _, value = text.partition(" is ")
+                    CLAIM.set({"key": key, "value": value})
+                entry["returned"] = self._call(op, args)
+                if step.get("bind") and isinstance(entry["returned"], list):
+                    self.bound[str(step["bind"])] = entry["returned"]
+            except Exception as exc:  # an application logs a failed call and goes on
+                entry["error"] = f"{type(exc).__name__}: {exc}"
+            # the call returns: a gate point ordered against every other return, so the
+            # step log's order (what a later read saw after a delete) is explored by the
+            # scheduler, not fixed by it
+            self.controller.gate("program", "program.return", {"op": op, "step": n}, *_LOG)
+            self.steps.append(entry)
+            out.append(entry.get("returned", entry.get("error")))
+        return out
+
+    def _resolve(self, value: Any) -> Any:
+        """`$name` -> the id of the first record the read bound to `name` returned."""
+        if not _is_ref(value):
+            return value
+        name, index = _ref(str(value))
+        records = self.bound.get(name)
+        if records is None or len(records) <= index:
+            raise LookupError(f"{value}: the read bound to {name!r} returned no record {index}")
+        return records[index].get("id")
+
+    def _basis(self, ref: str) -> Any:
+        name, index = _ref(ref)
+        records = self.bound.get(name) or []
+        return records[index].get("text") if len(records) > index else None
+
+    def _scoped(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {k: args[k] for k in ("user_id", "agent_id", "run_id") if k in args}
+
+    def _call(self, op: str, args: dict[str, Any]) -> Any:
+        agent = self.controller.agent()
+        m: Any = self.memory if agent is None else self.instances.get(agent, self.memory)
+        scope = self._scoped(args)
+        if op == "add":
+            got = m.add(args["text"], **scope)
+            rows = got.get("results", []) if isinstance(got, dict) else got
+            return [
+                {
+                    "id": r.get("id"),
+                    "event": r.get("event"),
+                    "text": r.get("memory"),
+                    **({"previous": r["previous_memory"]} if "previous_memory" in r else {}),
+                }
+                for r in rows or []
+            ]
+        if op == "update":
+            extra = {"metadata": args["metadata"]} if "metadata" in args else {}
+            if self.major >= 2:
+                m.update(args["memory_id"], text=args["text"], **extra)
+            else:
+                m.update(args["memory_id"], data=args["text"], **extra)
+            return [{"id": args["memory_id"], "event": "UPDATE", "text": args["text"]}]
+        if op == "delete":
+            m.delete(args["memory_id"])
+            return [{"id": args["memory_id"], "event": "DELETE"}]
+        if op == "delete_all":
+            m.delete_all(**scope)
+            return [{"event": "DELETE_ALL", "scope": scope}]
+        if op == "get":
+            got = m.get(args["memory_id"])
+            return [] if got is None else [_record(got)]
+        if op == "get_all":
+            if self.major >= 2:
+                got = m.get_all(filters=scope, top_k=1000)
+            else:
+                got = m.get_all(**scope, limit=1000)
+            return [_record(r) for r in _results(got)]
+        if op == "search":
+            if self.major >= 2:
+                got = m.search(args["query"], filters=scope, top_k=100)
+            else:
+                got = m.search(args["query"], **scope, limit=100)
+            return [_record(r) for r in _results(got)]
+        if op == "history":
+            return [
+                {
+                    "id": h.get("memory_id"),
+                    "event": h.get("event"),
+                    "old": h.get("old_memory"),
+                    "new": h.get("new_memory"),
+                }
+                for h in m.history(args["memory_id"])
+            ]
+        raise ValueError(f"mem0 has no operation {op!r}")
+
+    def _entity_links(self, records: list[dict[str, Any]]) -> dict[str, list[str]]:
+        """The entity store's links (each entity row's linked_memory_ids) beside the links
+        the live memories imply (the same extraction over their texts), per scope."""
+        store = getattr(self.memory, "_entity_store", None)
+        rows = (getattr(store, "docstore", None) or {}) if store is not None else {}
+        links = []
+        for payload in rows.values():
+            scope = payload.get("user_id") or payload.get("agent_id") or payload.get("run_id")
+            for mid in payload.get("linked_memory_ids") or []:
+                links.append(f"{scope}:{_norm(str(payload.get('data')))}->{mid}")
+        implied = []
+        for r in records:
+            scope = next(iter(r["scope"].values()), None)
+            for _, entity in stub_entities(str(r["text"])):
+                implied.append(f"{scope}:{_norm(entity)}->{r['id']}")
+        return {"entity_links": sorted(links), "memory_entities": sorted(implied)}
+
+    def _derived(self, history: list[dict[str, Any]]) -> dict[str, Any]:
+        """The structures mem0 derives from a write, read from the store itself: FAISS's
+        vectors (by position, named through its id map), the id map, the docstore, and the
+        history table (the ids whose last row is not a DELETE); each record's scope."""
+        store = self.memory.vector_store
+        index_to_id = {
+            int(k): str(v) for k, v in (getattr(store, "index_to_id", None) or {}).items()
+        }
+        index = getattr(store, "index", None)
+        ntotal = int(getattr(index, "ntotal", 0) or 0)
+        docstore = getattr(store, "docstore", None) or {}
+        records = []
+        for vid in sorted(docstore):
+            payload = docstore[vid] or {}
+            records.append(
+                {
+                    "id": str(vid),
+                    "text": payload.get("data"),
+                    "scope": {
+                        k: str(payload[k])
+                        for k in ("user_id", "agent_id", "run_id")
+                        if k in payload
+                    },
+                }
+            )
+        versions: dict[str, list[dict[str, Any]]] = {}
+        for h in history:
+            versions.setdefault(str(h["memory_id"]), []).append(
+                {"event": h.get("event"), "old": h.get("old"), "new": h.get("new")}
+            )
+        history_live = sorted(
+            mid for mid, rows in versions.items() if rows and rows[-1]["event"] != "DELETE"
+        )
+        structures: dict[str, list[str]] = {}
+        agree: list[list[str]] = []
+        if self.entities:
+            structures.update(self._entity_links(records))
+            agree.append(["entity_links", "memory_entities"])
+        return {
+            "records": records,
+            "versions": versions,
+            "structures": {
+                **structures,
+                "vector_index": sorted(
+                    index_to_id.get(i, f"<no id: vector {i}>") for i in range(ntotal)
+                ),
+                "id_map": sorted(index_to_id.values()),
+                "docstore": sorted(str(k) for k in docstore),
+                "history_live": history_live,
+            },
+            "agree": [
+                ["vector_index", "id_map"],
+                ["id_map", "docstore"],
+                ["docstore", "history_live"],
+                *agree,
+            ],
+            "steps": list(self.steps),
+        }
 
     def recover(self, config: dict[str, Any]) -> Any:
         return None  # mem0 has no recovery procedure of its own: the host re-applies history

@@ -1,0 +1,1 @@
+"""The parts of paper/assets.py, one module per kind of result file."""

@@ -1,0 +1,244 @@
+"""The PostgreSQL backend's schema: its migrations, in order, each one idempotent.
+
+`PostgresStore` runs the ones a schema lacks under an advisory lock, in one transaction, and
+records the version in `toki_meta`. A reader looking for a table's columns looks here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from toki.errors import StoreError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+
+_M1 = """
+CREATE TABLE IF NOT EXISTS toki_event (
+    seq          bigint PRIMARY KEY,
+    key_seq      bigint NOT NULL,
+    kind         text NOT NULL,
+    tenant       text NOT NULL,
+    subject      text NOT NULL,
+    scope_kind   text NOT NULL,
+    scope_key    text NOT NULL,
+    fact_key     text NOT NULL,
+    recorded_at  timestamptz NOT NULL,
+    version_ids  text[] NOT NULL,
+    payload      text NOT NULL,
+    payload_hash text NOT NULL,
+    event_id     text NOT NULL UNIQUE,
+    UNIQUE (tenant, subject, scope_kind, scope_key, fact_key, key_seq)
+);
+CREATE INDEX IF NOT EXISTS toki_event_recorded ON toki_event (recorded_at);
+
+CREATE TABLE IF NOT EXISTS toki_version (
+    id           text PRIMARY KEY,
+    tenant       text NOT NULL,
+    subject      text NOT NULL,
+    scope_kind   text NOT NULL,
+    scope_key    text NOT NULL,
+    fact_key     text NOT NULL,
+    value        jsonb,
+    value_json   text NOT NULL,
+    valid_during tstzrange NOT NULL,
+    recorded_at  timestamptz NOT NULL,
+    source_id    text NOT NULL,
+    source_hash  text NOT NULL,
+    supersedes   text,
+    weight       double precision NOT NULL,
+    event_seq    bigint NOT NULL REFERENCES toki_event (seq)
+);
+CREATE INDEX IF NOT EXISTS toki_version_key
+    ON toki_version USING gist (tenant, subject, scope_kind, scope_key, fact_key, valid_during);
+
+CREATE OR REPLACE FUNCTION toki_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION '% is append-only: % is not allowed', TG_TABLE_NAME, TG_OP
+        USING ERRCODE = 'restrict_violation';
+END $$;
+CREATE OR REPLACE TRIGGER toki_event_append_only BEFORE UPDATE OR DELETE ON toki_event
+    FOR EACH ROW EXECUTE FUNCTION toki_append_only();
+CREATE OR REPLACE TRIGGER toki_event_no_truncate BEFORE TRUNCATE ON toki_event
+    FOR EACH STATEMENT EXECUTE FUNCTION toki_append_only();
+CREATE OR REPLACE TRIGGER toki_version_append_only BEFORE UPDATE OR DELETE ON toki_version
+    FOR EACH ROW EXECUTE FUNCTION toki_append_only();
+CREATE OR REPLACE TRIGGER toki_version_no_truncate BEFORE TRUNCATE ON toki_version
+    FOR EACH STATEMENT EXECUTE FUNCTION toki_append_only();
+
+CREATE TABLE IF NOT EXISTS toki_current (
+    tenant         text NOT NULL,
+    subject        text NOT NULL,
+    scope_kind     text NOT NULL,
+    scope_key      text NOT NULL,
+    fact_key       text NOT NULL,
+    value_hash     text NOT NULL,
+    version_ids    text[] NOT NULL,
+    open_conflicts integer NOT NULL,
+    open_intervals integer NOT NULL,
+    PRIMARY KEY (tenant, subject, scope_kind, scope_key, fact_key)
+);
+
+CREATE TABLE IF NOT EXISTS toki_adjudicated (
+    tenant       text NOT NULL,
+    subject      text NOT NULL,
+    scope_kind   text NOT NULL,
+    scope_key    text NOT NULL,
+    fact_key     text NOT NULL,
+    ord          integer NOT NULL,
+    version_id   text NOT NULL,
+    value        jsonb,
+    value_json   text NOT NULL,
+    valid_during tstzrange NOT NULL,
+    PRIMARY KEY (tenant, subject, scope_kind, scope_key, fact_key, ord),
+    CONSTRAINT toki_adjudicated_no_contradiction EXCLUDE USING gist (
+        tenant WITH =, subject WITH =, scope_kind WITH =, scope_key WITH =, fact_key WITH =,
+        valid_during WITH &&, value_json WITH <>
+    )
+);
+"""
+
+
+def _migration_1(cur: psycopg.Cursor[Any]) -> None:
+    """Events, versions, the per-key summary and the adjudicated projection."""
+    _create_btree_gist(cur)
+    cur.execute(_M1)
+    cur.execute("INSERT INTO toki_meta VALUES ('watermark', '0') ON CONFLICT DO NOTHING")
+
+
+def _create_btree_gist(cur: psycopg.Cursor[Any]) -> None:
+    """btree_gist in `public` where the role may create there: an extension created while
+    toki's schema is first on the search_path lives in that schema, and `DROP SCHEMA …
+    CASCADE` of it then drops the extension and, with it, every other schema's EXCLUDE
+    constraint. A role without CREATE on public (PostgreSQL 15+ grants it to the database
+    owner only) gets it in toki's schema, as before. Two stores migrating at once may both
+    try to create it; the loser's unique violation is ignored."""
+    for statement in (
+        "CREATE EXTENSION IF NOT EXISTS btree_gist WITH SCHEMA public",
+        "CREATE EXTENSION IF NOT EXISTS btree_gist",
+    ):
+        try:
+            with cur.connection.transaction():  # a savepoint
+                cur.execute(statement.encode())
+            return
+        except (pg_errors.UniqueViolation, pg_errors.DuplicateObject):
+            return  # created concurrently by another migration
+        except pg_errors.InsufficientPrivilege:
+            continue
+    raise StoreError(
+        "btree_gist: this role may not create the extension, in public or in toki's schema "
+        "(CREATE EXTENSION btree_gist once as a database owner)"
+    )
+
+
+_M2 = """
+CREATE TABLE IF NOT EXISTS toki_head (
+    tenant     text NOT NULL,
+    subject    text NOT NULL,
+    scope_kind text NOT NULL,
+    scope_key  text NOT NULL,
+    fact_key   text NOT NULL,
+    pos        bigint NOT NULL,
+    PRIMARY KEY (tenant, subject, scope_kind, scope_key, fact_key)
+);
+INSERT INTO toki_head
+    SELECT tenant, subject, scope_kind, scope_key, fact_key, max(key_seq) FROM toki_event
+    GROUP BY tenant, subject, scope_kind, scope_key, fact_key
+ON CONFLICT DO NOTHING;
+CREATE TABLE IF NOT EXISTS toki_pending (
+    tick         bigint NOT NULL,
+    key_seq      bigint NOT NULL,
+    kind         text NOT NULL,
+    tenant       text NOT NULL,
+    subject      text NOT NULL,
+    scope_kind   text NOT NULL,
+    scope_key    text NOT NULL,
+    fact_key     text NOT NULL,
+    recorded_at  timestamptz NOT NULL,
+    version_ids  text[] NOT NULL,
+    payload      text NOT NULL,
+    payload_hash text NOT NULL,
+    event_id     text NOT NULL UNIQUE,
+    UNIQUE (tenant, subject, scope_kind, scope_key, fact_key, key_seq)
+);
+CREATE SEQUENCE IF NOT EXISTS toki_tick;
+ALTER TABLE toki_event ADD COLUMN IF NOT EXISTS chain text;
+ALTER TABLE toki_version ALTER COLUMN event_seq DROP NOT NULL,
+    DROP CONSTRAINT IF EXISTS toki_version_event_seq_fkey,
+    ADD COLUMN IF NOT EXISTS key_seq bigint;
+"""
+
+
+def _migration_2(cur: psycopg.Cursor[Any]) -> None:
+    """Concurrent writers: one head row per key, committed-but-unsequenced events, the
+    transaction tick, and the log's chain column (NULL for events logged before it)."""
+    cur.execute(_M2)
+
+
+_M3 = """
+ALTER TABLE toki_adjudicated ADD COLUMN IF NOT EXISTS value_digest text;
+UPDATE toki_adjudicated
+    SET value_digest = encode(sha256(convert_to(value_json, 'UTF8')), 'hex');
+ALTER TABLE toki_adjudicated ALTER COLUMN value_digest SET NOT NULL;
+ALTER TABLE toki_adjudicated DROP CONSTRAINT IF EXISTS toki_adjudicated_no_contradiction;
+ALTER TABLE toki_adjudicated ADD CONSTRAINT toki_adjudicated_no_contradiction EXCLUDE USING gist (
+    tenant WITH =, subject WITH =, scope_kind WITH =, scope_key WITH =, fact_key WITH =,
+    valid_during WITH &&, value_digest WITH <>
+);
+"""
+
+
+def _migration_3(cur: psycopg.Cursor[Any]) -> None:
+    """The EXCLUDE constraint compares a sha256 of the value, not the value: a gist index
+    row holds at most 8,191 bytes, so large values were refused on PostgreSQL only."""
+    cur.execute(_M3)
+
+
+_M4 = """
+CREATE TABLE IF NOT EXISTS toki_consumption (
+    n         bigserial PRIMARY KEY,
+    record_id text NOT NULL UNIQUE,
+    consumer  text NOT NULL,
+    read_at   timestamptz NOT NULL,
+    payload   text NOT NULL
+);
+CREATE INDEX IF NOT EXISTS toki_consumption_consumer ON toki_consumption (consumer, n);
+CREATE OR REPLACE TRIGGER toki_consumption_append_only BEFORE UPDATE OR DELETE
+    ON toki_consumption FOR EACH ROW EXECUTE FUNCTION toki_append_only();
+CREATE OR REPLACE TRIGGER toki_consumption_no_truncate BEFORE TRUNCATE ON toki_consumption
+    FOR EACH STATEMENT EXECUTE FUNCTION toki_append_only();
+"""
+
+
+def _migration_4(cur: psycopg.Cursor[Any]) -> None:
+    """The consumption log (toki.consumption): named reads, append-only, beside the events."""
+    cur.execute(_M4)
+
+
+_M5 = """
+CREATE TABLE IF NOT EXISTS toki_op (
+    op_id  text PRIMARY KEY,
+    result text NOT NULL
+);
+CREATE OR REPLACE TRIGGER toki_op_append_only BEFORE UPDATE OR DELETE
+    ON toki_op FOR EACH ROW EXECUTE FUNCTION toki_append_only();
+ALTER TABLE toki_consumption ADD COLUMN IF NOT EXISTS chain text;
+DROP INDEX IF EXISTS toki_consumption_consumer;
+CREATE INDEX IF NOT EXISTS toki_consumption_consumer_md5
+    ON toki_consumption (md5(consumer), n);
+"""
+
+
+def _migration_5(cur: psycopg.Cursor[Any]) -> None:
+    """Operation ids (issue #36): each write's id and outcome, committed with its events, so
+    that after a lost connection the outcome is looked up and a retry never stores twice.
+    Consumption records get a chain link of their own (toki.chain.consumption_link). The
+    consumer index goes through md5(consumer): a btree row holds at most ~2.7 kB, so a
+    longer consumer name failed on PostgreSQL only."""
+    cur.execute(_M5)
+
+
+MIGRATIONS = (_migration_1, _migration_2, _migration_3, _migration_4, _migration_5)
+SCHEMA_VERSION = len(MIGRATIONS)
