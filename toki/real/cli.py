@@ -104,7 +104,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _cmd_setup(args: argparse.Namespace) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from toki.real.systems import SYSTEMS, get_real_system, setup_system
+    from toki.real.systems import SYSTEMS, setup_name, setup_system
 
     if args.system == "all":
         # one system per environment (systems that share a lock file share it)
@@ -114,7 +114,7 @@ def _cmd_setup(args: argparse.Namespace) -> int:
                 first.setdefault(SYSTEMS[n].env_name, n)
         names = sorted(first.values())
     else:
-        names = [get_real_system(args.system).name]
+        names = [setup_name(args.system)]  # a system, or a library with only a lock
     with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:  # pip runs in processes
         futures = {n: pool.submit(setup_system, n, force=args.force) for n in names}
     failed = {n: f.exception() for n, f in futures.items() if f.exception() is not None}
@@ -275,7 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
     lst.set_defaults(handler=_cmd_list)
 
     st = sub.add_parser("setup", help="create a system's environment from its lock file")
-    st.add_argument("system", help="a system name, or 'all' (every system with a lock file)")
+    st.add_argument(
+        "system",
+        help="a system name, a locked library (letta, cognee), or 'all' (every system "
+        "with an adapter and a lock file)",
+    )
     st.add_argument("--force", action="store_true", help="recreate even if cached")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.set_defaults(handler=_cmd_setup)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from toki.errors import InvalidInput
 from toki.real.adapter import RealSystem
@@ -16,7 +17,16 @@ from toki.real.deploy import Processes
 from toki.real.envs import SetupReport, python_for, setup
 from toki.real.errors import SetupFailed
 
-__all__ = ["ALIASES", "SYSTEMS", "get_real_system", "setup_system", "worker_python"]
+__all__ = [
+    "ALIASES",
+    "ENVIRONMENTS",
+    "SYSTEMS",
+    "LockedLibrary",
+    "get_real_system",
+    "setup_name",
+    "setup_system",
+    "worker_python",
+]
 
 _MEM0_ENV = {"MEM0_TELEMETRY": "False"}
 _MEM0_GATES = (
@@ -343,7 +353,44 @@ def worker_python(system: RealSystem) -> str:
     return python_for(system.env_name, system.lock)
 
 
-def _check_import(system: RealSystem) -> Callable[[str], None]:
+@dataclass(frozen=True, slots=True)
+class LockedLibrary:
+    """A library whose environment is locked and set up, but which no adapter drives yet.
+
+    `toki real setup NAME` makes its environment; `setup all` (what CI runs) and `run` leave
+    it out, so a library that only installs never breaks CI or claims a real row."""
+
+    name: str
+    library: str  # the distribution whose version is pinned
+    version: str
+    module: str  # what `import` loads (checked when the environment is made)
+    lock: str
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+ENVIRONMENTS: dict[str, LockedLibrary] = {
+    "letta-0.16.8": LockedLibrary(
+        name="letta-0.16.8",
+        library="letta",
+        version="0.16.8",
+        module="letta.server.server",  # the server (SyncServer), not only the package
+        lock="letta-0.16.8.txt",  # telemetry (Datadog, OTEL) is off unless configured
+    ),
+    "cognee-1.6.5": LockedLibrary(
+        name="cognee-1.6.5",
+        library="cognee",
+        version="1.6.5",
+        module="cognee",
+        lock="cognee-1.6.5.txt",
+        # no usage telemetry; single-user (its default is multi-tenant with authentication)
+        env={"TELEMETRY_DISABLED": "1", "ENABLE_BACKEND_ACCESS_CONTROL": "false"},
+    ),
+}
+ALIASES["letta"] = "letta-0.16.8"
+ALIASES["cognee"] = "cognee-1.6.5"
+
+
+def _check_import(system: RealSystem | LockedLibrary) -> Callable[[str], None]:
     def check(python: str) -> None:
         code = (
             "import importlib.metadata as m, importlib; "
@@ -370,7 +417,16 @@ def _check_import(system: RealSystem) -> Callable[[str], None]:
     return check
 
 
+def setup_name(name: str) -> str:
+    """The full name of a system or locked library that `toki real setup` accepts."""
+    full = ALIASES.get(name, name)
+    return full if full in ENVIRONMENTS else get_real_system(name).name
+
+
 def setup_system(name: str, *, force: bool = False) -> SetupReport:
+    full = ALIASES.get(name, name)
+    if full in ENVIRONMENTS:
+        library = ENVIRONMENTS[full]
+        return setup(library.name, library.lock, check=_check_import(library), force=force)
     system = get_real_system(name)
-    check = _check_import(system)
-    return setup(system.env_name, system.lock, check=check, force=force)
+    return setup(system.env_name, system.lock, check=_check_import(system), force=force)

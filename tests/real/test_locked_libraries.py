@@ -1,0 +1,92 @@
+"""Libraries with a locked environment but no adapter yet (Letta, Cognee; issue #33).
+
+`toki real setup letta` must make their environment from the lock file, while `setup all`
+(what CI runs) must leave them out until an adapter and tests use them."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+
+import pytest
+
+from toki.real import envs, systems
+from toki.real.cli import main
+from toki.real.errors import EnvironmentMissing
+from toki.real.systems import ENVIRONMENTS, SYSTEMS, setup_name
+
+pytestmark = pytest.mark.real
+
+
+@pytest.mark.parametrize("name", sorted(ENVIRONMENTS))
+def test_each_lock_pins_every_package_and_the_library(name: str) -> None:
+    library = ENVIRONMENTS[name]
+    lines = [
+        ln
+        for ln in envs.lock_file(library.lock).read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+", ln) for ln in lines)
+    names = [ln.split("==")[0].lower() for ln in lines]
+    assert len(names) == len(set(names)), "a package pinned twice"
+    assert f"{library.library}=={library.version}" in lines
+    assert name not in SYSTEMS, "a locked library with an adapter belongs in SYSTEMS only"
+
+
+def test_setup_names_the_library_or_the_system() -> None:
+    assert setup_name("letta") == "letta-0.16.8"
+    assert setup_name("cognee") == "cognee-1.6.5"
+    assert setup_name("cognee-1.6.5") == "cognee-1.6.5"
+    assert setup_name("graphiti") == "graphiti-0.31.2"  # systems still resolve as before
+
+
+def test_setup_all_leaves_out_libraries_without_an_adapter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[str] = []
+
+    def fake(name: str, *, force: bool = False) -> envs.SetupReport:
+        asked.append(name)
+        return envs.SetupReport(name, "/nowhere", False, 0.0, 0)
+
+    monkeypatch.setattr(systems, "setup_system", fake)
+    assert main(["setup", "all", "--json"]) == 0
+    assert asked and not set(asked) & set(ENVIRONMENTS)
+    asked.clear()
+    assert main(["setup", "letta", "--json"]) == 0
+    assert asked == ["letta-0.16.8"]
+
+
+def test_an_unknown_setup_name_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["setup", "lettuce"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown real system" in err[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [
+        ("letta-0.16.8", "from letta.server.server import SyncServer; print(SyncServer.__name__)"),
+        ("cognee-1.6.5", "import cognee; print(cognee.add.__name__)"),
+    ],
+)
+def test_the_made_environment_imports_the_library(name: str, code: str) -> None:
+    """Only where `toki real setup NAME` was run (CI does not make these environments)."""
+    library = ENVIRONMENTS[name]
+    try:
+        python = envs.python_for(library.name, library.lock)
+    except EnvironmentMissing as exc:
+        pytest.skip(str(exc))
+    with tempfile.TemporaryDirectory() as home:
+        done = subprocess.run(
+            [python, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**library.env, "HOME": home, "PATH": "/usr/bin:/bin"},
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] in {"SyncServer", "add"}
