@@ -388,7 +388,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     }
     if fmt == "toki":
         return _check_toki(args, models, extra, options)
-    from toki.check.elle import check_file
+    from toki.check.columnar import check_file
 
     checked = check_file(args.file, fmt, models=models, anomalies=extra, **options)
     v = checked.verdict

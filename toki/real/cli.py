@@ -63,19 +63,10 @@ def make_real_workload(name: str | None, agents: int, claims: int, keys: int, se
 
 
 def parse_faults(text: str | None) -> int:
-    """`crash:N` (N crashes per agent) -> N. The other kinds need the whole plan
-    (`toki.real.faults.parse_faults`): refused here rather than dropped."""
-    from toki.real.faults import FaultPlan
-    from toki.real.faults import parse_faults as plan
+    """`crash:N` (N crashes per agent) -> N (`toki.real.faults.crash_budget`)."""
+    from toki.real.faults import crash_budget
 
-    parsed = plan(text)
-    if parsed != FaultPlan(crash=parsed.crash):
-        raise InvalidInput(
-            "--faults",
-            f"{text!r} has faults beyond crashes",
-            "pass the plan of toki.real.faults.parse_faults to explore_real(faults=...)",
-        )
-    return parsed.crash
+    return crash_budget(text)
 
 
 def _print(data: Any) -> None:

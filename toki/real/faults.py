@@ -38,7 +38,14 @@ from typing import Any
 from toki.errors import InvalidInput
 from toki.real.gate import GatePoint
 
-__all__ = ["ERROR_KINDS", "FaultPlan", "error_for", "parse_faults", "plan_from_json"]
+__all__ = [
+    "ERROR_KINDS",
+    "FaultPlan",
+    "crash_budget",
+    "error_for",
+    "parse_faults",
+    "plan_from_json",
+]
 
 ERROR_KINDS = ("timeout", "locked", "unique", "reset")
 _HELP = (
@@ -132,3 +139,16 @@ def error_for(point: GatePoint, kind: str) -> str:
     if family in ("llm", "judge") or point.kind == "llm":
         return "timeout"
     return "reset"
+
+
+def crash_budget(text: str | None) -> int:
+    """`crash:N` (N crashes per agent) -> N, for callers that take only crashes; the other
+    kinds need the whole plan (`parse_faults`) and are refused here rather than dropped."""
+    parsed = parse_faults(text)
+    if parsed != FaultPlan(crash=parsed.crash):
+        raise InvalidInput(
+            "--faults",
+            f"{text!r} has faults beyond crashes",
+            "pass the plan of toki.real.faults.parse_faults to explore_real(faults=...)",
+        )
+    return parsed.crash
