@@ -17,7 +17,7 @@ shared machine inflate less) and the peak RSS of load + check together.
     python -m benchmarks.bench_history --quick    # 10^4 only, writes nothing
     python -m benchmarks.bench_history --toki-check   # results/toki_check.json (below)
 
-``--toki-check`` measures what ``toki check FILE`` runs (``toki.check.elle.check_file``: the
+``--toki-check`` measures what ``toki check FILE`` runs (``toki.check.columnar.check_file``: the
 columnar path, or the exact one when it hands over) end to end, load and check together, in
 a fresh subprocess per file (modules imported before the clock starts): wall and CPU
 seconds, transactions per second, the process's peak RSS, and which path decided. Sizes 10^3 … 10^6 (JSON lines and the JSON array at every
@@ -190,7 +190,8 @@ def check_one(path: Path, exact: bool) -> dict[str, Any]:
     wall and CPU seconds of load + check together, peak RSS of the process."""
     import toki.check.columnar  # noqa: F401  (imports are not the work measured)
     from toki.check.adya import verdict
-    from toki.check.elle import check_file, load
+    from toki.check.columnar import check_file
+    from toki.check.elle import load
 
     t0, c0 = time.perf_counter(), time.process_time()
     if exact:
@@ -313,7 +314,7 @@ def toki_check(args: argparse.Namespace) -> int:
                        "speedup_wall": round(ex["wall_s"] / mine["wall_s"], 2),
                        "speedup_cpu": round(ex["cpu_s"] / mine["cpu_s"], 2)})
     result = {
-        "benchmark": "toki check FILE end to end (toki.check.elle.check_file), "
+        "benchmark": "toki check FILE end to end (toki.check.columnar.check_file), "
         "strict-serializable, fresh process per file",
         "summary": summary,
         "machine": machine_info(),

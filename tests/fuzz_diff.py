@@ -157,7 +157,7 @@ def _m_read(rng: random.Random, refs: Refs) -> Call:
     chain = pick(rng, [None, None, ["task:42", "global"], ["nonsense"], [5], "task:42"])
     consumer = pick(rng, CONSUMERS)
     which = pick(rng, ["resolve_at", "current", "history", "render_history", "lifecycle",
-                       "open_conflicts", "audit", "version", "operator_for"])  # fmt: skip
+                       "open_conflicts", "audit", "version", "operator_for", "db"])  # fmt: skip
     ref = _ref(rng, refs)
 
     def call(m: Memory) -> Any:
@@ -171,6 +171,9 @@ def _m_read(rng: random.Random, refs: Refs) -> Call:
             return m.lifecycle(ref, as_of)
         if which == "version":
             return m.version(ref)
+        if which == "db":  # the state as a value, read as known at as_of
+            db = m.db(as_of)
+            return db.resolve_at(key, at, scope_chain=chain), db.history(key)
         return getattr(m, which)(key)
 
     return call
@@ -179,7 +182,7 @@ def _m_read(rng: random.Random, refs: Refs) -> Call:
 def _m_log(rng: random.Random, refs: Refs) -> Call:
     which = pick(rng, ["keys", "events", "state_hash", "watermark", "digest", "verify",
                        "reconcile", "refresh", "write_stats", "isolation", "url",
-                       "refold_notes", "replay", "readjudicate"])  # fmt: skip
+                       "replay", "readjudicate"])  # fmt: skip
     digest, key = pick(rng, refs.digests), pick(rng, [None, None, b"k", b"", "k"])
     at, op = pick(rng, TIMES), pick(rng, OPERATORS)
 
@@ -255,7 +258,7 @@ COVERED = {
     "reject", "set_policy", "configure", "resolve_at", "current", "history", "render_history",
     "lifecycle", "open_conflicts", "audit", "version", "operator_for", "keys", "events",
     "state_hash", "watermark", "digest", "verify", "reconcile", "refresh", "write_stats",
-    "isolation", "url", "refold_notes", "replay", "readjudicate", "promote", "rollback",
+    "isolation", "url", "db", "replay", "readjudicate", "promote", "rollback",
     "shadow", "config_in_force", "current_config", "consumed_by", "impact", "revoke_source",
 }  # fmt: skip
 """The public Memory methods the fuzz calls (a test checks none is missing); open, close

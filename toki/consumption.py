@@ -18,16 +18,27 @@ from typing import Any
 
 from toki.canonical import canonical_json, check_text, digest, shown
 from toki.chain import ChainCheck
-from toki.errors import IntegrityError, InvalidInput, InvalidTime, LifecycleError
-from toki.lifecycle import LifecycleOps
-from toki.log import Event, EventKind
+from toki.db import Db, resolution_json, resolve_in, same_answer
+from toki.errors import IntegrityError, InvalidInput
+from toki.log import Event
 from toki.model import FactKey, Resolution, Scope
-from toki.partition import Partition
-from toki.queries import Queries, _resolve_in
 from toki.replay import Snapshot, replay
-from toki.time import TimeLike, format_instant, parse_instant
+from toki.shadow import Config, fold_under
+from toki.time import format_instant, parse_instant
 
-__all__ = ["ConsumerImpact", "Consumption", "ConsumptionOps", "Impact", "need_consumer"]
+__all__ = [
+    "ConsumerImpact",
+    "Consumption",
+    "Impact",
+    "answer_now",
+    "impact",
+    "need_consumer",
+    "need_source",
+    "reproduce",
+    "resolution_json",
+    "same_answer",
+    "verify_reads",
+]
 
 
 def need_consumer(consumer: object, field: str = "consumer") -> str:
@@ -128,20 +139,6 @@ class Consumption:
         return record
 
 
-def resolution_json(answer: Resolution) -> dict[str, Any]:
-    return {
-        "kind": answer.kind,
-        "value": answer.value,
-        "version_ids": list(answer.version_ids),
-        "conflicts": [list(c) for c in answer.conflicts],
-    }
-
-
-def same_answer(a: Resolution, b: Resolution) -> bool:
-    """Equal kind and value (canonical JSON): what a consumer would have been told."""
-    return a.kind == b.kind and canonical_json(a.value) == canonical_json(b.value)
-
-
 @dataclass(frozen=True, slots=True)
 class ConsumerImpact:
     """One named read that consumed a version of the source: its answer then and now.
@@ -226,174 +223,97 @@ def consumed_versions(records: Sequence[Consumption]) -> set[str]:
     return {v for r in records for v in r.answer.version_ids}
 
 
-# -- the Memory half ----------------------------------------------------------------------
+# -- impact: a function of the state -------------------------------------------------------
 
 
-class ConsumptionOps(Queries, LifecycleOps):
-    """consumed_by, impact and revoke_source (the `Memory` facade's provenance half)."""
-
-    def consumed_by(self, consumer: str, *, verify: bool = True) -> list[Consumption]:
-        """Every read `consumer` made, in the order made, with the answer it was given.
-
-        verify (default) re-derives each answer from the fact log as it stood at the read
-        (events with seq <= log_seq, under the configuration then in force) and checks the
-        log prefix's chain head: a record that no longer follows from its log raises
-        IntegrityError. Later corrections do not change what is returned."""
-        need_consumer(consumer)
-        records = self._consumption(consumer)
-        if verify:
-            cache: dict[tuple[int, str | None], Snapshot] = {}
-            for record in records:
-                again = self._reproduce(record, cache)
-                if again != record.answer:
-                    raise IntegrityError(
-                        f"{self._store.url}: consumption record {record.record_id} of "
-                        f"{consumer!r} says {resolution_json(record.answer)} but the log up to "
-                        f"seq {record.log_seq} gives {resolution_json(again)}"
-                    )
-        return records
-
-    def _consumption(self, consumer: str | None = None) -> list[Consumption]:
-        load = getattr(self._store, "load_consumption", None)
-        if load is None:
-            return []
-        return [Consumption.from_text(p, rid, self._store.url) for rid, p in load(consumer)]
-
-    def _reproduce(
-        self, record: Consumption, cache: dict[tuple[int, str | None], Snapshot]
-    ) -> Resolution:
-        """The answer the log prefix a record names gives to its question."""
-        if record.log_seq > self._log.last_seq:
-            self.refresh()
-        slot = (record.log_seq, record.config_id)
-        snapshot = cache.get(slot)
-        if snapshot is None:
-            prefix = [e for e in self._log if e.seq <= record.log_seq]
-            if record.log_head:
-                check = ChainCheck(self._store.url)
-                for event in prefix:
-                    check.add(event)
-                if check.head != record.log_head:
-                    raise IntegrityError(
-                        f"{self._store.url}: the fact log up to seq {record.log_seq} is not the "
-                        f"one consumption record {record.record_id} read (chain head differs); "
-                        "run `toki verify URL --digest D`"
-                    )
-            snapshot = self._projection_of(prefix, record.config)
-            cache[slot] = snapshot
-        keys = [record.key.in_scope(Scope.from_resource(s)) for s in record.scope_chain or ()]
-        return _resolve_in(snapshot, keys, record.valid_at, record.system_as_of)
-
-    def _projection_of(self, events: Sequence[Event], config: Any) -> Snapshot:
-        """The fold of `events` as decided (config None), or under a promoted config."""
-        if config is None:
-            return replay(events)
-        from toki.shadow import Config, refold
-
-        return refold(events, Config.from_json(config))._snapshot
-
-    def impact(self, source_id: str) -> Impact:
-        """What `source_id` touched: its versions (split pieces carry its source id), their
-        keys, the versions they superseded, and the named reads that consumed any of them,
-        each with its answer then and the same question's answer now."""
-        source_id = _need_source(source_id)
-        self.refresh()
-        mine: list[str] = []
-        revoked: list[str] = []
-        keys: list[FactKey] = []
-        dependents: set[str] = set()
-        for key in sorted(self._snapshot.keys):
-            state = self._snapshot.keys[key]
-            ids = [vid for vid, v in state.versions.items() if v.source_id == source_id]
-            if not ids:
-                continue
-            keys.append(key)
-            mine.extend(ids)
-            revoked.extend(vid for vid in ids if state.is_revoked(vid))
-            wrong = set(ids)
-            for old, closings in state.closings.items():
-                if old not in wrong and any(wrong.intersection(c.new_ids) for c in closings):
-                    dependents.add(old)
-        return Impact(
-            source_id,
-            tuple(sorted(mine)),
-            tuple(sorted(revoked)),
-            tuple(keys),
-            tuple(sorted(dependents)),
-            self._consumers_of(set(mine)),
-        )
-
-    def _consumers_of(self, versions: set[str]) -> tuple[ConsumerImpact, ...]:
-        return tuple(
-            ConsumerImpact(record, self._answer_now(record))
-            for record in self._consumption()
+def impact(db: Db, source_id: str, reads: Sequence[Consumption]) -> Impact:
+    """What `source_id` touched in `db`: its versions (split pieces carry its source id),
+    their keys, the versions they superseded, and the named `reads` that consumed any of
+    them, each with its answer then and the same question's answer in `db`."""
+    source_id = need_source(source_id)
+    mine: list[str] = []
+    revoked: list[str] = []
+    keys: list[FactKey] = []
+    dependents: set[str] = set()
+    snapshot = db.state
+    for key in sorted(snapshot.keys):
+        state = snapshot.keys[key]
+        ids = [vid for vid, v in state.versions.items() if v.source_id == source_id]
+        if not ids:
+            continue
+        keys.append(key)
+        mine.extend(ids)
+        revoked.extend(vid for vid in ids if state.is_revoked(vid))
+        wrong = set(ids)
+        for old, closings in state.closings.items():
+            if old not in wrong and any(wrong.intersection(c.new_ids) for c in closings):
+                dependents.add(old)
+    versions = set(mine)
+    return Impact(
+        source_id,
+        tuple(sorted(mine)),
+        tuple(sorted(revoked)),
+        tuple(keys),
+        tuple(sorted(dependents)),
+        tuple(
+            ConsumerImpact(record, answer_now(db, record))
+            for record in reads
             if versions.intersection(record.answer.version_ids)
-        )
-
-    def _answer_now(self, record: Consumption) -> Resolution:
-        """The record's question (key, valid time, scope chain) asked of all known now."""
-        keys = [record.key.in_scope(Scope.from_resource(s)) for s in record.scope_chain or ()]
-        return _resolve_in(self._view(None), keys, record.valid_at, None)
-
-    def revoke_source(
-        self, source_id: str, *, reason: str, recorded_at: TimeLike | None = None
-    ) -> Impact:
-        """The source itself was wrong: revoke every version from it in ONE atomic write
-        (one REVOKE per version, on every key it touched), then report the impact with each
-        consumer's answer then and now. The fold recomputes the affected keys: supersessions
-        whose every replacement came from the source stop closing what they closed, conflicts
-        it was part of lose it. Equal to revoking each version by hand (a property test)."""
-        source_id = _need_source(source_id)
-        if not isinstance(reason, str) or not reason.strip():
-            raise InvalidInput("reason", "must be a non-empty string", "say why it was wrong")
-        check_text(reason, "reason")
-        recorded = self._recorded(recorded_at)
-        before = self.impact(source_id)
-        if not before.versions:
-            raise LifecycleError(f"source_id: no version came from source {source_id!r}")
-        if len(before.revoked) == len(before.versions):
-            raise LifecycleError(f"source_id: every version from {source_id!r} is already revoked")
-
-        def build(p: Partition) -> list[Event]:
-            pending: list[Event] = []
-            for key in before.keys:
-                state = p.state(key)
-                assert state is not None
-                for vid in sorted(state.versions):
-                    version = state.versions[vid]
-                    if version.source_id != source_id or state.is_revoked(vid):
-                        continue
-                    if recorded < version.recorded_at:
-                        raise InvalidTime(
-                            "recorded_at",
-                            f"{format_instant(recorded)} precedes the recording time "
-                            f"{format_instant(version.recorded_at)} of {vid}",
-                            "a revocation cannot be known before the version it revokes",
-                        )
-                    pending.append(
-                        p.new(
-                            EventKind.REVOKE,
-                            key,
-                            recorded,
-                            (vid,),
-                            {"version": vid, "reason": reason, "source": source_id},
-                            pending=pending,
-                        )
-                    )
-            return pending
-
-        self._write(before.keys, build)
-        return Impact(
-            source_id,
-            before.versions,
-            before.revoked,
-            before.keys,
-            before.dependents,
-            tuple(ConsumerImpact(c.read, self._answer_now(c.read)) for c in before.consumers),
-        )
+        ),
+    )
 
 
-def _need_source(source_id: object) -> str:
+def answer_now(db: Db, record: Consumption) -> Resolution:
+    """The record's question (key, valid time, scope chain) asked of all `db` knows."""
+    return resolve_in(db.view, _chain(record), record.valid_at, None)
+
+
+def reproduce(record: Consumption, prefix: Snapshot) -> Resolution:
+    """The answer the fold of the log prefix a record names gives to its question."""
+    return resolve_in(prefix, _chain(record), record.valid_at, record.system_as_of)
+
+
+def verify_reads(records: Sequence[Consumption], log: Sequence[Event], where: str) -> None:
+    """Re-derive every record's answer from the log prefix it names (events with seq <=
+    log_seq, under the configuration then in force) after checking that prefix's chain head;
+    a record that no longer follows from its log raises IntegrityError."""
+    cache: dict[tuple[int, str | None], Snapshot] = {}
+    for record in records:
+        slot = (record.log_seq, record.config_id)
+        prefix_state = cache.get(slot)
+        if prefix_state is None:
+            prefix_state = cache[slot] = _prefix_state(record, log, where)
+        again = reproduce(record, prefix_state)
+        if again != record.answer:
+            raise IntegrityError(
+                f"{where}: consumption record {record.record_id} of {record.consumer!r} says "
+                f"{resolution_json(record.answer)} but the log up to seq {record.log_seq} "
+                f"gives {resolution_json(again)}"
+            )
+
+
+def _prefix_state(record: Consumption, log: Sequence[Event], where: str) -> Snapshot:
+    prefix = [e for e in log if e.seq <= record.log_seq]
+    if record.log_head:
+        check = ChainCheck(where)
+        for event in prefix:
+            check.add(event)
+        if check.head != record.log_head:
+            raise IntegrityError(
+                f"{where}: the fact log up to seq {record.log_seq} is not the one consumption "
+                f"record {record.record_id} read (chain head differs); run `toki verify URL "
+                "--digest D`"
+            )
+    if record.config is None:
+        return replay(prefix)
+    return fold_under(prefix, Config.from_json(record.config))[0]
+
+
+def _chain(record: Consumption) -> list[FactKey]:
+    return [record.key.in_scope(Scope.from_resource(s)) for s in record.scope_chain or ()]
+
+
+def need_source(source_id: object) -> str:
     if not isinstance(source_id, str) or not source_id.strip():
         raise InvalidInput("source_id", f"must be a non-empty string, got {shown(source_id)}")
     check_text(source_id, "source_id")

@@ -704,6 +704,19 @@ class Snapshot:
             state.last_key_seq = key_seq
         return top
 
+    def copy(self) -> Snapshot:
+        """A snapshot sharing this one's per-key states (clone a state before folding into
+        it: `Memory` does, so that a `Db` holding this one never changes)."""
+        other = Snapshot()
+        other.keys = dict(self.keys)
+        other.holds = dict(self.holds)
+        other.judge_log = JudgeLog()
+        other.judge_log._verdicts = dict(self.judge_log._verdicts)
+        other.version_key = dict(self.version_key)
+        other.seen = set(self.seen)
+        other.watermark = self.watermark
+        return other
+
     def state(self, key: FactKey) -> KeyState | None:
         return self.keys.get(key)
 

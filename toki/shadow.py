@@ -18,27 +18,47 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from toki.algebra import OPERATORS
 from toki.algebra.base import Operator
 from toki.algebra.rule import Policy
 from toki.canonical import canonical_json, check_text, digest, shown
-from toki.consumption import ConsumptionOps, resolution_json, same_answer
-from toki.errors import InvalidInput, InvalidTime, LifecycleError, TokiError
+from toki.db import Db, resolution_json, resolve_in, same_answer
+from toki.errors import InvalidInput, LifecycleError, TokiError
+from toki.isolation import Isolation
 from toki.judge import Judge, JudgeLog
+from toki.lifecycle import (
+    plan_assert,
+    plan_config,
+    plan_revoke,
+    plan_segment,
+    plan_settle,
+    plan_supersede,
+)
 from toki.log import CONFIG_KEY, Event, EventKind
-from toki.memory_base import LOG_KEY, POLICY_SUBJECT, UNKNOWN
-from toki.model import Claim, FactKey, FactVersion, Resolution, Scope
+from toki.model import FactKey, FactVersion, Resolution, Scope
 from toki.partition import Partition
-from toki.queries import _resolve_in
-from toki.replay import KeyState, Snapshot
-from toki.time import BoundSource, TimeLike, format_instant
+from toki.plan import LOG_KEY, POLICY_SUBJECT
+from toki.replay import KeyState, Snapshot, replay
+from toki.scratch import Scratch
+from toki.time import BoundSource, format_instant
+from toki.write import WriteRequest
 
-if TYPE_CHECKING:
-    from toki.memory import Memory
-
-__all__ = ["CLASSES", "Config", "Difference", "ShadowOps", "ShadowReport", "refold"]
+__all__ = [
+    "CLASSES",
+    "Config",
+    "Difference",
+    "ShadowReport",
+    "config_stack",
+    "fold_under",
+    "in_force",
+    "plan_promote",
+    "plan_rollback",
+    "refold",
+    "serving_db",
+    "shadow_report",
+]
 
 CLASSES = ("corrected", "conflict found", "scope change", "unexplained")
 """The classes of a shadow difference, in the order they are tried (docs/shadow.md)."""
@@ -180,24 +200,29 @@ def _need_operator(name: object, field: str) -> Operator:
 
 def refold(
     events: Iterable[Event], config: Config, *, clock: Any = None, judge: Judge | None = None
-) -> Memory:
-    """A fresh in-memory Memory holding `events`' inputs re-run under `config` (module doc).
+) -> Db:
+    """The state `events`' inputs give re-run under `config` (module doc), as a value whose
+    `now` is clock() (default: the earliest instant). See `fold_under` for judge."""
+    snapshot, _ = fold_under(events, config, judge=judge)
+    now = _EARLIEST if clock is None else clock()
+    return Db(snapshot, snapshot, snapshot.watermark, None, now)
+
+
+def fold_under(
+    events: Iterable[Event], config: Config, *, judge: Judge | None = None
+) -> tuple[Snapshot, tuple[tuple[int, str], ...]]:
+    """The fold of `events`' inputs re-run under `config` on a scratch state, and the inputs
+    with no counterpart in it, as (seq, why).
 
     judge: the judge the live writes used, if any; a question it answered before is read
-    from the keyed judge log (never asked again), a new one is asked. An input with no
-    counterpart in the fold is skipped and listed in `memory.refold_notes` as (seq, why)."""
-    from toki.memory import Memory
-
+    from the keyed judge log (never asked again), a new one is asked."""
     ordered = sorted(events, key=lambda e: e.seq)
-    fresh = Memory(clock=clock or (lambda: _EARLIEST))
-    fresh._chain = None
-    fresh._judge_log_cache = JudgeLog.from_events(ordered)  # judge verdicts as logged
-    for fact_key, op in config.operators:
-        fresh._operators[fact_key] = OPERATORS[op]
+    fresh = Scratch()
+    keyed = JudgeLog.from_events(ordered)  # judge verdicts as logged
     notes: list[tuple[int, str]] = []
     overridden = {(t, f) for t, f, _ in config.policies}
     for tenant, fact_key, policy in config.policies:
-        fresh.set_policy(tenant, fact_key, policy, recorded_at=_EARLIEST)
+        fresh.set_policy(FactKey(tenant, POLICY_SUBJECT, fact_key), policy, _EARLIEST)
     logged_op = {
         str(e.body["claim"]): str(e.body["provenance"]["operator"])
         for e in ordered
@@ -213,15 +238,13 @@ def refold(
                 user_supersede[new[0]] = str(e.body["old"])
             else:
                 middles.update(n for n in new if _supersedes(versions, n) is None)
+    rerun = _Rerun(fresh, config, logged_op, user_supersede, middles, overridden, versions)
     for e in ordered:
         try:
-            _rerun(
-                fresh, e, config, logged_op, user_supersede, middles, overridden, versions, judge
-            )
+            rerun.input(e, judge, keyed)
         except TokiError as exc:
             notes.append((e.seq, f"{e.kind.value} {e.key}: {exc}"))
-    fresh.refold_notes = tuple(notes)
-    return fresh
+    return fresh.snapshot, tuple(notes)
 
 
 def _cut_from_revoked(
@@ -248,92 +271,81 @@ def _supersedes(versions: Mapping[str, FactVersion], vid: str) -> str | None:
     return None if v is None else v.supersedes
 
 
-def _rerun(
-    fresh: Memory,
-    e: Event,
-    config: Config,
-    logged_op: Mapping[str, str],
-    user_supersede: Mapping[str, str],
-    middles: set[str],
-    overridden: set[tuple[str, str]],
-    versions: Mapping[str, FactVersion],
-    judge: Judge | None,
-) -> None:
-    """Re-run one logged input on `fresh`; derived events are skipped; an input with no
-    counterpart in this fold raises (refold lists it)."""
-    from toki.lifecycle import _bound
+@dataclass(frozen=True, slots=True)
+class _Rerun:
+    """What a refold knows of the log's inputs, and the scratch state it re-runs them on."""
 
-    kind = e.kind
-    if kind is EventKind.POLICY:
-        if (e.key.tenant, e.key.fact_key) not in overridden:
-            fresh.set_policy(
-                e.key.tenant,
-                e.key.fact_key,
-                Policy.from_json(e.body["policy"]),
-                recorded_at=e.recorded_at,
-            )
-    elif kind is EventKind.ASSERT and e.version is not None:
-        v = e.version
-        start = _bound(v.valid.start, v.valid.start_source, v.recorded_at)
-        end = _bound(v.valid.end, v.valid.end_source, v.recorded_at)
-        if e.body.get("claim"):
-            name = config.operator(v.key.fact_key) or logged_op.get(v.id, "LWW")
-            claim = Claim(
-                v.key, v.value, v.source_id, start, end, v.recorded_at, v.source_hash, v.weight
-            )
-            fresh.write(claim, OPERATORS[name], judge=judge, allow_weaker_isolation=True)
-        elif v.id in user_supersede:
-            fresh.supersede(
-                user_supersede[v.id],
-                v.value,
-                valid_from=start,
-                valid_to=end,
-                recorded_at=v.recorded_at,
-                source_id=v.source_id,
-                source_hash=v.source_hash,
-                weight=v.weight,
-            )
-        elif v.id in middles:
-            fresh.insert_segment(
-                v.key,
-                v.value,
-                valid_from=v.valid.start,  # type: ignore[arg-type]  # a segment's are known
-                valid_to=v.valid.end,  # type: ignore[arg-type]
-                recorded_at=v.recorded_at,
-                source_id=v.source_id,
-                source_hash=v.source_hash,
-                weight=v.weight,
-            )
-        elif v.supersedes is None:
-            fresh.assert_fact(
-                v.key,
-                v.value,
-                valid_from=UNKNOWN if v.valid.start is None else v.valid.start,
-                valid_to=v.valid.end,
-                recorded_at=v.recorded_at,
-                source_id=v.source_id,
-                source_hash=v.source_hash,
-                weight=v.weight,
-                from_source=None if v.valid.start is None else v.valid.start_source,
-                to_source=None if v.valid.end is None else v.valid.end_source,
-            )
-        # else: a piece a decision or a segment cut: derived, decided again
-    elif kind is EventKind.REVOKE:
-        vid = str(e.body["version"])
-        state = fresh._state(e.key)
-        if "token" in e.body:  # a rejection: only if this fold held the claim too
-            if str(e.body["token"]) in fresh._snapshot.holds:
-                fresh.reject(str(e.body["token"]), recorded_at=e.recorded_at)
-        elif state is not None and vid in state.versions:
-            if not state.is_revoked(vid):  # else: revoked with the version it was cut from
-                fresh.revoke(vid, recorded_at=e.recorded_at, reason=str(e.body["reason"]))
-        elif not _cut_from_revoked(state, versions, vid):
-            raise LifecycleError(
-                f"the log revokes {vid}, a piece the old decisions cut that this fold never "
-                "made: the correction has no counterpart here"
-            )
-    elif kind is EventKind.CONFIRM and str(e.body.get("token")) in fresh._snapshot.holds:
-        fresh.confirm(str(e.body["token"]), recorded_at=e.recorded_at)
+    fresh: Scratch
+    config: Config
+    logged_op: Mapping[str, str]
+    user_supersede: Mapping[str, str]
+    middles: set[str]
+    overridden: set[tuple[str, str]]
+    versions: Mapping[str, FactVersion]
+
+    def input(self, e: Event, judge: Judge | None, keyed: JudgeLog) -> None:
+        """Re-run one logged input; derived events are skipped; an input with no counterpart
+        in this fold raises (fold_under lists it)."""
+        fresh, kind = self.fresh, e.kind
+        snapshot = fresh.snapshot
+        if kind is EventKind.POLICY:
+            if (e.key.tenant, e.key.fact_key) not in self.overridden:
+                fresh.set_policy(e.key, Policy.from_json(e.body["policy"]), e.recorded_at)
+        elif kind is EventKind.ASSERT and e.version is not None:
+            v = e.version
+            if e.body.get("claim"):
+                name = self.config.operator(v.key.fact_key) or self.logged_op.get(v.id, "LWW")
+                request = WriteRequest(
+                    v,
+                    OPERATORS[name],
+                    Isolation.SERIALIZABLE,
+                    judge=judge,
+                    allow_weaker_isolation=True,
+                    judge_log=keyed,
+                )
+                fresh.write(request)
+            elif v.id in self.user_supersede:
+                old = self.user_supersede[v.id]
+                fresh.run(
+                    [fresh.key_of(old, "old")],
+                    lambda p: plan_supersede(
+                        p,
+                        old,
+                        v.value,
+                        v.valid,
+                        v.recorded_at,
+                        v.source_id,
+                        v.source_hash,
+                        v.weight,
+                    )[1],
+                )
+            elif v.id in self.middles:
+                fresh.run([v.key], lambda p: plan_segment(p, v))
+            elif v.supersedes is None:
+                fresh.run([v.key], lambda p: plan_assert(p, v))
+            # else: a piece a decision or a segment cut: derived, decided again
+        elif kind is EventKind.REVOKE:
+            vid = str(e.body["version"])
+            state = snapshot.state(e.key)
+            if "token" in e.body:  # a rejection: only if this fold held the claim too
+                token = str(e.body["token"])
+                if token in snapshot.holds:
+                    self._settle(token, False, e)
+            elif state is not None and vid in state.versions:
+                if not state.is_revoked(vid):  # else: revoked with the version it was cut from
+                    reason = str(e.body["reason"])
+                    fresh.run([e.key], lambda p: plan_revoke(p, vid, e.recorded_at, reason))
+            elif not _cut_from_revoked(state, self.versions, vid):
+                raise LifecycleError(
+                    f"the log revokes {vid}, a piece the old decisions cut that this fold never "
+                    "made: the correction has no counterpart here"
+                )
+        elif kind is EventKind.CONFIRM and str(e.body.get("token")) in snapshot.holds:
+            self._settle(str(e.body["token"]), True, e)
+
+    def _settle(self, token: str, accept: bool, e: Event) -> None:
+        key = self.fresh.hold_key(token)
+        self.fresh.run([key], lambda p: plan_settle(p, key, token, accept, e.recorded_at)[1])
 
 
 # -- differences ----------------------------------------------------------------------------
@@ -455,11 +467,11 @@ def _classify(
     at: datetime,
 ) -> Difference | None:
     old, new = chains
-    before = _resolve_in(live, _chain_keys(key, old), at, None)
-    after = _resolve_in(shadow, _chain_keys(key, new), at, None)
+    before = resolve_in(live, _chain_keys(key, old), at, None)
+    after = resolve_in(shadow, _chain_keys(key, new), at, None)
     if same_answer(before, after):
         return None
-    if old != new and same_answer(_resolve_in(shadow, _chain_keys(key, old), at, None), before):
+    if old != new and same_answer(resolve_in(shadow, _chain_keys(key, old), at, None), before):
         return Difference(key, old, new, before, after, "scope change", "the new scope chain")
     if after.kind == "conflict" and before.kind == "value":
         why = f"open conflict among {', '.join(after.version_ids)}"
@@ -511,169 +523,101 @@ def _unexplained(before: Resolution, after: Resolution) -> str:
     return f"{before.kind} became {after.kind}"
 
 
-# -- the Memory half ------------------------------------------------------------------------
+# -- the configuration in force, and a shadow's report: functions of the state -------------
 
 
-class ShadowOps(ConsumptionOps):
-    """shadow, promote, rollback, and reads served under the configuration in force."""
-
-    _views: dict[str, tuple[int, Memory]]
-    refold_notes: tuple[tuple[int, str], ...] = ()
-
-    def _load(self) -> None:
-        self._views = {}
-        super()._load()
-        config = self._in_force(None)
-        if config is not None:
-            self._operators = {f: OPERATORS[o] for f, o in config.operators}
-
-    # -- the configuration in force -------------------------------------------------------
-
-    def _config_events(self, as_of: datetime | None) -> list[Mapping[str, Any]]:
-        state = self._snapshot.state(CONFIG_KEY)
-        if state is None:
-            return []
-        return [body for at, body in state.configs if as_of is None or at <= as_of]
-
-    def _stack(self, as_of: datetime | None) -> list[Mapping[str, Any]]:
-        """Promotions in force at `as_of`, oldest first: promote pushes, rollback pops."""
-        stack: list[Mapping[str, Any]] = []
-        for body in self._config_events(as_of):
-            if body["action"] == "promote":
-                stack.append(body)
-            elif stack:
-                stack.pop()
+def config_stack(snapshot: Snapshot, as_of: datetime | None) -> list[Mapping[str, Any]]:
+    """Promotions in force at `as_of`, oldest first: promote pushes, rollback pops."""
+    state = snapshot.state(CONFIG_KEY)
+    stack: list[Mapping[str, Any]] = []
+    if state is None:
         return stack
+    for at, body in state.configs:
+        if as_of is not None and at > as_of:
+            continue
+        if body["action"] == "promote":
+            stack.append(body)
+        elif stack:
+            stack.pop()
+    return stack
 
-    def _in_force(self, as_of: datetime | None) -> Config | None:
-        stack = self._stack(as_of)
-        return None if not stack else Config.from_json(stack[-1]["config"])
 
-    def config_in_force(self, system_as_of: TimeLike | None = None) -> Config | None:
-        """The promoted configuration serving reads at `system_as_of` (None: the log as
-        decided, the state before any promotion)."""
-        from toki.time import parse_instant
+def serving_db(events: Iterable[Event], now: datetime) -> Db:
+    """The replay of `events` as the value reads are served from: under the configuration
+    promoted last in them, if any (what a Memory holding them serves)."""
+    ordered = list(events)
+    snapshot = replay(ordered)
+    config = in_force(snapshot, None)
+    view = snapshot if config is None else fold_under(ordered, config)[0]
+    return Db(snapshot, view, snapshot.watermark, None, now)
 
-        as_of = None if system_as_of is None else parse_instant(system_as_of, "system_as_of")
-        return self._in_force(as_of)
 
-    def current_config(self) -> Config:
-        """The configuration serving reads now: the one promoted, else the log as decided
-        (this Memory's operator routing, logged operators elsewhere, no extra policies)."""
-        config = self._in_force(None)
-        if config is not None:
-            return config
-        return Config(operators=tuple((f, op.name) for f, op in self._operators.items()))
+def plan_promote(
+    p: Partition, config: Config, operators_before: Mapping[str, str], recorded: datetime
+) -> list[Event]:
+    """A CONFIG event serving reads from the fold under `config` from `recorded` on; none
+    when `config` is already in force. `operators_before`: the routing it replaces."""
+    current = in_force(p.snapshot, None)
+    if current is not None and current.id == config.id:
+        return []
+    body = {
+        "action": "promote",
+        "id": config.id,
+        "config": config.to_json(),
+        "replaces": None if current is None else current.id,
+        "operators_before": dict(sorted(operators_before.items())),
+    }
+    return plan_config(p, body, recorded)
 
-    def _view(self, as_of: datetime | None) -> Snapshot:
-        config = self._in_force(as_of)
-        if config is None:
-            return self._snapshot
-        return self._refolded(config)._snapshot
 
-    def _refolded(self, config: Config) -> Memory:
-        cached = self._views.get(config.id)
-        if cached is not None and cached[0] == self._log.last_seq:
-            return cached[1]
-        memory = refold(self._log, config, clock=self._clock)
-        self._views[config.id] = (self._log.last_seq, memory)
-        return memory
+def plan_rollback(
+    p: Partition, recorded: datetime
+) -> tuple[Mapping[str, Any], Config | None, list[Event]]:
+    """A CONFIG event popping the last promotion still in force: (that promotion's event
+    body, the configuration in force again (None: the log as decided), the events)."""
+    stack = config_stack(p.snapshot, None)
+    if not stack:
+        raise LifecycleError("rollback: no promoted configuration is in force")
+    top = stack[-1]
+    previous = stack[-2] if len(stack) > 1 else None
+    body = {
+        "action": "rollback",
+        "id": top["id"],
+        "to": None if previous is None else previous["id"],
+    }
+    again = None if previous is None else Config.from_json(previous["config"])
+    return top, again, plan_config(p, body, recorded)
 
-    def _config_record(self, as_of: datetime | None) -> tuple[str | None, Any]:
-        config = self._in_force(as_of)
-        return (None, None) if config is None else (config.id, config.to_json())
 
-    def _config_policy(self, key: FactKey, at: datetime) -> dict[str, Any] | None:
-        config = self._in_force(at)
-        policy = None if config is None else config.policy(key.tenant, key.fact_key)
-        return None if policy is None else policy.to_json()
+def in_force(snapshot: Snapshot, as_of: datetime | None) -> Config | None:
+    """The promoted configuration serving reads at `as_of` (None: the log as decided)."""
+    stack = config_stack(snapshot, as_of)
+    return None if not stack else Config.from_json(stack[-1]["config"])
 
-    def state_hash(self) -> str:
-        """The hash of the belief state serving reads now (under the configuration in force)."""
-        return self._view(None).state_hash()
 
-    # -- shadow, promote, rollback ------------------------------------------------------------
-
-    def shadow(
-        self, config: Config, *, valid_at: TimeLike | None = None, judge: Judge | None = None
-    ) -> ShadowReport:
-        """Fold the whole log under `config` without touching the live state and classify
-        every read whose answer at `valid_at` (default now) differs from the serving one.
-        Pass the judge the live writes used, if any (see `refold`)."""
-        from toki.time import parse_instant
-
-        if not isinstance(config, Config):
-            raise InvalidInput("config", f"expected a toki.shadow.Config, got {shown(config)}")
-        self.refresh()
-        at = self._now() if valid_at is None else parse_instant(valid_at, "valid_at")
-        serving = self._in_force(None)
-        live = self._view(None)
-        folded = refold(self._log, config, clock=self._clock, judge=judge)
-        keys = set(live.keys) | set(folded._snapshot.keys)
-        before = serving if serving is not None else self.current_config()
-        reads = _reads(keys, before, config)
-        diffs = []
-        for key, old, new in reads:
-            d = _classify(live, folded._snapshot, key, (old, new), at)
-            if d is not None:
-                diffs.append(d)
-        return ShadowReport(
-            config.id,
-            None if serving is None else serving.id,
-            at,
-            len(reads),
-            tuple(diffs),
-            folded.refold_notes,
-        )
-
-    def promote(self, config: Config, *, recorded_at: TimeLike | None = None) -> None:
-        """Serve reads from the fold under `config` from `recorded_at` on (a CONFIG event;
-        the configuration it replaces stays in the log). Claims written from then on are
-        routed to its operators. Promoting the configuration already in force is a no-op."""
-        if not isinstance(config, Config):
-            raise InvalidInput("config", f"expected a toki.shadow.Config, got {shown(config)}")
-        current = self._in_force(None)
-        if current is not None and current.id == config.id:
-            return
-        body = {
-            "action": "promote",
-            "id": config.id,
-            "config": config.to_json(),
-            "replaces": None if current is None else current.id,
-            "operators_before": {f: op.name for f, op in sorted(self._operators.items())},
-        }
-        self._config_event(body, recorded_at)
-        self._operators = {f: OPERATORS[o] for f, o in config.operators}
-
-    def rollback(self, *, recorded_at: TimeLike | None = None) -> Config | None:
-        """Switch reads back to the configuration in force before the last promotion still
-        in force (a CONFIG event; nothing is deleted); returns it (None: the log as decided)."""
-        stack = self._stack(None)
-        if not stack:
-            raise LifecycleError("rollback: no promoted configuration is in force")
-        top = stack[-1]
-        previous = stack[-2] if len(stack) > 1 else None
-        body = {
-            "action": "rollback",
-            "id": top["id"],
-            "to": None if previous is None else previous["id"],
-        }
-        self._config_event(body, recorded_at)
-        self._operators = {f: OPERATORS[o] for f, o in dict(top["operators_before"]).items()}
-        return None if previous is None else Config.from_json(previous["config"])
-
-    def _config_event(self, body: dict[str, Any], recorded_at: TimeLike | None) -> None:
-        recorded = self._recorded(recorded_at)
-        state = self._snapshot.state(CONFIG_KEY)
-        if state is not None and state.configs and recorded < state.configs[-1][0]:
-            raise InvalidTime(
-                "recorded_at",
-                f"{format_instant(recorded)} precedes the last configuration change "
-                f"({format_instant(state.configs[-1][0])})",
-                "configuration changes are recorded in system-time order",
-            )
-
-        def build(p: Partition) -> list[Event]:
-            return [p.new(EventKind.CONFIG, CONFIG_KEY, recorded, (), body)]
-
-        self._write([CONFIG_KEY], build)
+def shadow_report(
+    live: Snapshot,
+    folded: Snapshot,
+    notes: tuple[tuple[int, str], ...],
+    config: Config,
+    serving: Config | None,
+    before: Config,
+    at: datetime,
+) -> ShadowReport:
+    """Every read whose answer at `at` differs between `live` (served under `before`) and
+    `folded` (the shadow under `config`), classified."""
+    keys = set(live.keys) | set(folded.keys)
+    reads = _reads(keys, before, config)
+    diffs = []
+    for key, old, new in reads:
+        d = _classify(live, folded, key, (old, new), at)
+        if d is not None:
+            diffs.append(d)
+    return ShadowReport(
+        config.id,
+        None if serving is None else serving.id,
+        at,
+        len(reads),
+        tuple(diffs),
+        notes,
+    )

@@ -19,8 +19,8 @@ from tests.check.elle_differential import DATA, cases
 from toki.check import columnar
 from toki.check.adya import analyse, verdict
 from toki.check.adya.graph import realtime_order, realtime_pairs
-from toki.check.columnar import clean_verdict, json_batches
-from toki.check.elle import _json_batches, check_file, load, parse_json
+from toki.check.columnar import check_file, clean_verdict, json_batches
+from toki.check.elle import _json_batches, load, parse_json
 from toki.errors import HistoryFormatError
 
 _index = st.one_of(st.none(), st.integers(0, 30))

@@ -173,7 +173,7 @@ def test_explore_cli_json_counts_anomalies(
         [
             "explore",
             "--system",
-            "toki-ewm",
+            "toki-lib-ewm-nohead",
             "--workload",
             "evidence-race",
             "--isolation",

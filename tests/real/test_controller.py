@@ -177,3 +177,116 @@ def test_a_crashed_async_agent_is_abandoned_with_all_its_tasks() -> None:
     assert ctl.crash(0) is False  # nothing of it is parked any more
     ctl.reset(1)  # wakes both tasks with Abandoned and joins the agent's thread
     assert not any(t.is_alive() for t in threading.enumerate() if t.name == "toki-agent-0")
+
+
+# ---------------------------------------------------------------------------- injected faults
+
+
+def test_an_injected_failure_is_raised_at_the_gate_point_instead_of_the_call() -> None:
+    """`release(..., fail=exc)`: the call after the gate never runs; the library sees `exc`
+    where the call would have raised it, and handles it its own way."""
+    ctl = Controller(timeout=10)
+    ctl.reset(0)
+    calls: list[str] = []
+
+    def body() -> str:
+        try:
+            ctl.gate("history", "history.add", None, [], [("history", "m1")])
+            calls.append("write")
+        except OSError as exc:
+            return f"handled {type(exc).__name__}"
+        return "written"
+
+    ctl.start(0, body)
+    state = ctl.release(0, fail=ConnectionResetError("reset"))
+    assert state == {"state": "done", "outcome": "handled ConnectionResetError"}
+    assert calls == []
+    assert ctl.executed[-1]["failed"] == "ConnectionResetError: reset"
+
+
+def test_an_injected_failure_reaches_an_async_task_only() -> None:
+    ctl = Controller(timeout=10)
+    ctl.reset(0)
+    log: list[str] = []
+
+    async def body() -> list[str]:
+        import asyncio
+
+        async def child(name: str) -> str:
+            try:
+                await ctl.agate("test", f"{name}.write", None, [], [("shared", name)])
+            except TimeoutError:
+                return f"{name} failed"
+            log.append(name)
+            return f"{name} ok"
+
+        return list(await asyncio.gather(child("x"), child("y")))
+
+    state = ctl.start(0, body, is_async=True)
+    assert [p["task"] for p in state["parked"]] == [1, 2]
+    ctl.release(0, task=2, fail=TimeoutError("timed out"))
+    assert ctl.release(0, task=1) == {"state": "done", "outcome": ["x ok", "y failed"]}
+    assert log == ["x"]
+
+
+def test_kill_abandons_every_agent_and_restart_keeps_clock_and_ids() -> None:
+    ctl = Controller(timeout=10)
+    ctl.reset(7)
+    ran: list[int] = []
+
+    def body(i: int) -> object:
+        def run() -> None:
+            ctl.gate("test", "g")
+            ran.append(i)
+
+        return run
+
+    ctl.start(0, body(0))
+    ctl.start(1, body(1))
+    ctl.clock_ticks, ctl.ids = 5, {"agent-0": 3}
+    assert ctl.kill() == [0, 1]
+    ctl.restart()
+    assert ran == []  # nothing ran past the death
+    assert (ctl.seed, ctl.clock_ticks, ctl.ids) == (7, 5, {"agent-0": 3})
+    assert not any(t.is_alive() for t in threading.enumerate() if t.name.startswith("toki-agent"))
+
+
+def test_threads_of_an_async_agent_are_units_of_their_own() -> None:
+    """`asyncio.to_thread` and `run_in_executor` run in threads numbered with the tasks; a
+    gate point in such a thread parks it like a task, and releasing it runs only it: the
+    same choices give the same run."""
+    runs = []
+    for _ in range(5):
+        ctl = Controller(timeout=10)
+        ctl.reset(0)
+        log: list[str] = []
+
+        def blocking(name: str, ctl: Controller = ctl, log: list[str] = log) -> str:
+            for i in range(2):
+                ctl.gate("test", f"{name}.io{i}", None, [], [("shared", name)])
+                log.append(f"{name}{i}")
+            return name
+
+        async def body() -> list[str]:
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+            got = await asyncio.gather(
+                asyncio.to_thread(blocking, "t"), loop.run_in_executor(None, blocking, "e")
+            )
+            return list(got)
+
+        state = ctl.start(0, body, is_async=True)
+        # the executor's thread is unit 1; gather wraps to_thread in task 2, whose thread
+        # runs in that task's context: it is unit 2 (the task waits for it)
+        parked = sorted((p["task"], p["name"]) for p in state["parked"])
+        assert parked == [(1, "e.io0"), (2, "t.io0")]
+        state = ctl.release(0, task=2)
+        assert log == ["t0"]  # only the released thread ran
+        for task in (1, 1, 2):
+            state = ctl.release(0, task=task)
+        assert state == {"state": "done", "outcome": ["t", "e"]}
+        assert log == ["t0", "e0", "e1", "t1"]
+        runs.append(tuple((p["task"], p["name"]) for p in ctl.executed))
+        ctl.reset(1)
+    assert len(set(runs)) == 1

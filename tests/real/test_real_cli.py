@@ -97,6 +97,8 @@ def test_list_names_every_system_and_its_environment(capsys: pytest.CaptureFixtu
     names = {s["name"] for s in data["systems"]}
     assert names == {
         "mem0-1.0.11",
+        "mem0-1.0.11-async",  # AsyncMemory (issue #32)
+        "mem0-1.0.11-procs",  # one instance per agent (issue #32)
         "mem0-2.2.1",
         "toki-memory",
         "toki-sqlite",
@@ -112,4 +114,5 @@ def test_list_names_every_system_and_its_environment(capsys: pytest.CaptureFixtu
     }
     shared = {s["name"]: s["environment"] for s in data["systems"]}
     assert shared["langmem-0.0.30"] == shared["langgraph-store-postgres"]  # one environment
+    assert shared["mem0-1.0.11-async"] == shared["mem0-1.0.11-procs"] == shared["mem0-1.0.11"]
     assert data["aliases"]["mem0-2.x"] == "mem0-2.2.1"

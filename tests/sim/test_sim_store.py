@@ -273,7 +273,8 @@ def test_serializable_forgets_transactions_no_one_overlaps() -> None:
         s.commit(t)
     assert s.active() == ()
     internal: Any = s
-    assert len(internal._ssi) == 0 and not internal._siread and not internal._pred_holders
+    ssi = internal._ssi  # the SERIALIZABLE bookkeeping (toki/sim/ssi.py)
+    assert len(ssi.txns) == 0 and not ssi.siread and not ssi.pred_holders
 
 
 def _doomed_pivot(s: SimStore) -> tuple[int, int]:

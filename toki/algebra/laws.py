@@ -4,7 +4,8 @@ A law "holds" when hypothesis finds no counterexample within the stated budget, 
 with the shrunk counterexample it found. `docs/laws.md` is generated from these results
 (`python -m toki.algebra.laws --write docs/laws.md`); a test fails when it is out of date.
 
-Every law is checked through the real write path (`Memory.write`), on claims about one key:
+Every law is checked through the real write path (`toki.write.plan_write`, what `Memory.write`
+runs, on an in-memory `toki.scratch.Scratch`), on claims about one key:
 values from {A, B, C}, valid-time starts from a few days, distinct recording times, weights
 in {0.5, 1, 2}, sources in {crm, chat, web}. The observable outcome is the belief: the
 `resolve_at` answer at a grid of valid times. The algebraic laws run without a judge (the
@@ -30,8 +31,11 @@ from hypothesis.errors import NoSuchExample
 from toki.algebra.base import Operator
 from toki.algebra.context import ResolveContext
 from toki.algebra.rule import Policy
+from toki.isolation import Isolation
 from toki.judge import StochasticJudge
 from toki.model import Claim, FactKey, FactVersion
+from toki.plan import POLICY_SUBJECT
+from toki.scratch import Scratch, rejudge
 from toki.time import Interval
 
 __all__ = ["LAWS", "LawResult", "check_law", "laws_table", "render_markdown"]
@@ -86,12 +90,11 @@ def _claims(min_size: int, max_size: int) -> st.SearchStrategy[list[ClaimSpec]]:
     return st.lists(spec, min_size=min_size, max_size=max_size, unique_by=lambda c: c.recorded)
 
 
-def _memory(judge_seed: int = 0) -> tuple[Any, StochasticJudge]:
-    from toki.memory import Memory
-
-    mem = Memory(clock=lambda: BASE + timedelta(days=400))
-    mem.set_policy(KEY.tenant, KEY.fact_key, POLICY, recorded_at=BASE)
-    return mem, StochasticJudge(0.5, stream_seed=judge_seed)
+def _memory(judge_seed: int = 0) -> tuple[Scratch, StochasticJudge]:
+    """An empty state with RULE's policy in force (the write path runs on it in memory)."""
+    scratch = Scratch()
+    scratch.set_policy(FactKey(KEY.tenant, POLICY_SUBJECT, KEY.fact_key), POLICY, BASE)
+    return scratch, StochasticJudge(0.5, stream_seed=judge_seed)
 
 
 def belief(op: Operator, specs: Sequence[ClaimSpec]) -> tuple[Any, ...]:
@@ -99,8 +102,9 @@ def belief(op: Operator, specs: Sequence[ClaimSpec]) -> tuple[Any, ...]:
     operator's own rule decides)."""
     mem, _ = _memory()
     for spec in specs:
-        mem.write(spec.claim(), op)
-    return tuple((r.kind, r.value) for r in (mem.resolve_at(KEY, t) for t in GRID))
+        mem.claim(spec.claim(), op)
+    db = mem.db(BASE + timedelta(days=400))
+    return tuple((r.kind, r.value) for r in (db.resolve_at(KEY, t) for t in GRID))
 
 
 def _ctx() -> ResolveContext:
@@ -162,12 +166,18 @@ def _fold_is_nary(op: Operator, specs: list[ClaimSpec]) -> bool:
 def _replay(op: Operator, specs: list[ClaimSpec], keyed: bool) -> bool:
     mem, judge = _memory(judge_seed=1)
     for spec in specs:
-        mem.write(spec.claim(), op, judge=judge)
+        mem.claim(spec.claim(), op, judge=judge)
+    live = mem.snapshot.state_hash()
     for seed in range(2, 6):  # several fresh judges: any disagreement is a counterexample
-        again = mem.readjudicate(
-            op, judge=StochasticJudge(0.5, stream_seed=seed), use_keyed_log=keyed
+        again = rejudge(
+            mem.events,
+            {},
+            op,
+            judge=StochasticJudge(0.5, stream_seed=seed),
+            use_keyed_log=keyed,
+            level=Isolation.SERIALIZABLE,
         )
-        if again.state_hash() != mem.state_hash():
+        if again.snapshot.state_hash() != live:
             return True
     return False
 

@@ -7,7 +7,7 @@ It decides one question exactly: would the exact checker (``toki.check.elle.load
 the verdict is ``valid? true`` and nothing needs explaining. Anything that could make the
 exact path report or refuse (an anomaly of any kind, a non-trivial strongly connected
 component, an empty graph, a malformed or unusual operation, a register write) makes it
-answer ``None``, and ``toki.check.elle.check_file`` then runs the exact path, whose
+answer ``None``, and ``check_file`` then runs the exact path, whose
 verdict and explanations (each cycle with the reason for each edge) are the output. So the
 columnar path changes how fast a clean history is checked, never what any history's
 verdict says; the property tests in ``tests/check/test_columnar.py`` hold it to that.
@@ -24,6 +24,8 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, BinaryIO, Final
 
 import msgspec
@@ -31,13 +33,14 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
+from toki.check.adya.checker import DEFAULT_BUDGET
 from toki.check.adya.graph import HUB_FANOUT, gc_paused
 from toki.check.adya.scan import internal_violation
-from toki.check.adya.verdict import Verdict, options, plan
-from toki.check.elle import Batch, _Record
+from toki.check.adya.verdict import Verdict, options, plan, verdict
+from toki.check.elle import Batch, _edn_batches, _Record, load
 from toki.errors import HistoryFormatError
 
-__all__ = ["clean_verdict", "json_batches"]
+__all__ = ["Checked", "check_file", "clean_verdict", "json_batches"]
 
 NONE: Final = -(2**63)  # no index (an :index this low is handed to the exact path)
 
@@ -513,3 +516,57 @@ def _process_pairs(c: _Cols) -> tuple[np.ndarray, np.ndarray]:
     procs, node = procs[order], node[order]
     same = procs[1:] == procs[:-1]
     return node[:-1][same], node[1:][same]
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A checked history file: how many transactions it had, the verdict, and which path
+    decided it (``columnar`` for a clean list-append history, else ``exact``)."""
+
+    transactions: int
+    verdict: Verdict
+    path: str
+
+
+def check_file(
+    path: str | Path,
+    fmt: str | None = None,
+    *,
+    models: Iterable[str] = ("strict-serializable",),
+    anomalies: Iterable[str] = (),
+    wfr_keys: bool = False,
+    sequential_keys: bool = False,
+    linearizable_keys: bool = False,
+    search_budget: int = DEFAULT_BUDGET,
+) -> Checked:
+    """``verdict(load(path))``, faster: the columnar path (this module) decides
+    histories it can prove clean in one streaming pass; every other history (anomalous,
+    unusual, malformed) is loaded and checked by the exact path, which explains it."""
+    from toki.history import detect_format
+
+    p = Path(path)
+    if fmt is None:
+        fmt = detect_format(p)
+    models, anomalies = list(models), list(anomalies)
+    opts = {
+        "wfr_keys": wfr_keys,
+        "sequential_keys": sequential_keys,
+        "linearizable_keys": linearizable_keys,
+    }
+    if fmt in ("elle-edn", "elle-json"):
+        try:
+            if fmt == "elle-edn":
+                with p.open(encoding="utf-8") as fh:
+                    batches = _edn_batches(fh, str(p))
+                    clean = clean_verdict(batches, models=models, anomalies=anomalies, **opts)
+            else:
+                with p.open("rb") as raw:
+                    batches = json_batches(raw)
+                    clean = clean_verdict(batches, models=models, anomalies=anomalies, **opts)
+        except (OSError, UnicodeDecodeError, HistoryFormatError):
+            clean = None  # the exact path says what is wrong
+        if clean is not None:
+            return Checked(clean[0], clean[1], "columnar")
+    history = load(p, fmt)
+    v = verdict(history, models=models, anomalies=anomalies, search_budget=search_budget, **opts)
+    return Checked(len(history.txns), v, "exact")

@@ -25,20 +25,17 @@ import itertools
 import json
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final, Union
 
 import msgspec
 
 from toki.check import edn
-from toki.check.adya.checker import DEFAULT_BUDGET
 from toki.check.adya.graph import gc_paused
 from toki.check.adya.history import History, Op, OpKind, Txn
-from toki.check.adya.verdict import Verdict, verdict
 from toki.errors import HistoryFormatError
 
-__all__ = ["Checked", "check_file", "history_from_ops", "load", "parse_edn", "parse_json"]
+__all__ = ["history_from_ops", "load", "parse_edn", "parse_json"]
 
 _MOPS: Final[dict[Any, OpKind]] = {"r": "r", "w": "w", "append": "append"}
 _TYPES: Final = frozenset(("invoke", "ok", "fail", "info"))
@@ -82,61 +79,6 @@ def load(path: str | Path, fmt: str | None = None) -> History:
             return _build(_json_entries(fh, str(p), lambda: p.read_text("utf-8")), str(p))
     except (OSError, UnicodeDecodeError) as e:
         raise HistoryFormatError(str(p), f"cannot be read: {e}") from e
-
-
-@dataclass(frozen=True, slots=True)
-class Checked:
-    """A checked history file: how many transactions it had, the verdict, and which path
-    decided it (``columnar`` for a clean list-append history, else ``exact``)."""
-
-    transactions: int
-    verdict: Verdict
-    path: str
-
-
-def check_file(
-    path: str | Path,
-    fmt: str | None = None,
-    *,
-    models: Iterable[str] = ("strict-serializable",),
-    anomalies: Iterable[str] = (),
-    wfr_keys: bool = False,
-    sequential_keys: bool = False,
-    linearizable_keys: bool = False,
-    search_budget: int = DEFAULT_BUDGET,
-) -> Checked:
-    """``verdict(load(path))``, faster: the columnar path (``toki.check.columnar``) decides
-    histories it can prove clean in one streaming pass; every other history (anomalous,
-    unusual, malformed) is loaded and checked by the exact path, which explains it."""
-    from toki.check.columnar import clean_verdict, json_batches
-    from toki.history import detect_format
-
-    p = Path(path)
-    if fmt is None:
-        fmt = detect_format(p)
-    models, anomalies = list(models), list(anomalies)
-    opts = {
-        "wfr_keys": wfr_keys,
-        "sequential_keys": sequential_keys,
-        "linearizable_keys": linearizable_keys,
-    }
-    if fmt in ("elle-edn", "elle-json"):
-        try:
-            if fmt == "elle-edn":
-                with p.open(encoding="utf-8") as fh:
-                    batches = _edn_batches(fh, str(p))
-                    clean = clean_verdict(batches, models=models, anomalies=anomalies, **opts)
-            else:
-                with p.open("rb") as raw:
-                    batches = json_batches(raw)
-                    clean = clean_verdict(batches, models=models, anomalies=anomalies, **opts)
-        except (OSError, UnicodeDecodeError, HistoryFormatError):
-            clean = None  # the exact path says what is wrong
-        if clean is not None:
-            return Checked(clean[0], clean[1], "columnar")
-    history = load(p, fmt)
-    v = verdict(history, models=models, anomalies=anomalies, search_budget=search_budget, **opts)
-    return Checked(len(history.txns), v, "exact")
 
 
 def parse_edn(text: str, *, source: str = "history.edn") -> History:

@@ -28,7 +28,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return _check_toki(args, models, extra, options)
     from pathlib import Path
 
-    from toki.check.elle import check_file
+    from toki.check.columnar import check_file
     from toki.errors import HistoryFormatError
     from toki.show.histories import not_a_history
 

@@ -54,12 +54,13 @@ it by a committed transaction, not held.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import z3
 
+from toki.formal.terms import NONE, Serial, Step, lex_gt
 from toki.isolation import Isolation
 
 __all__ = ["OPERATORS", "History", "Variant", "lex_gt"]
@@ -68,23 +69,10 @@ OPERATORS = ("LWW", "EWM", "AWAIT", "RULE")
 
 VERSION = z3.IntSort()
 TIME = z3.IntSort()  # valid time and system time are both integer ticks
-NONE = -1  # "no claim" (an empty head, no audit row)
 SNAPSHOT_READS = (Isolation.SNAPSHOT, Isolation.SERIALIZABLE)
 
 View = Callable[[int, int], z3.BoolRef]
-Serial = tuple[z3.BoolRef, list[z3.BoolRef], list[z3.ArithRef] | None]
 
-
-def _fraction(value: Any) -> list[int]:
-    """An exact rational z3 value as [numerator, denominator]."""
-    return [value.numerator_as_long(), value.denominator_as_long()]
-
-
-def lex_gt(a: Sequence[z3.ArithRef], b: Sequence[z3.ArithRef]) -> z3.BoolRef:
-    """(a0, a1, ...) > (b0, b1, ...) lexicographically."""
-    if not a:
-        return z3.BoolVal(False)
-    return z3.Or(a[0] > b[0], z3.And(a[0] == b[0], lex_gt(a[1:], b[1:])))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,20 +83,6 @@ class Variant:
     audit_write: bool = True  # the displaced head claim gets an audit row (not deleted)
     locked_decision: bool = True  # the head update is conditional, re-checked at w
     audit_from_write: bool = True  # the audit row names the head seen at w (False: at r)
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One transaction's effects in one run: what it writes (z3 terms)."""
-
-    head: z3.BoolRef  # writes the head row
-    holder: z3.ArithRef  # the claim it puts in the head
-    audit: z3.ArithRef  # the claim its audit row names (NONE: no audit row)
-    held: z3.BoolRef  # writes a held (PROPOSED) row for itself
-    ev: dict[int, z3.BoolRef]  # writes ev[v]
-    total: z3.ArithRef  # the total it writes (EWM)
-    newest: tuple[z3.ArithRef, z3.ArithRef]  # the newest evidence stamp it writes (EWM)
-    pol: z3.BoolRef  # writes the policy row
 
 
 class History:

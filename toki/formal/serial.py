@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import z3
 
-from toki.formal.encoding import NONE, History, Serial, lex_gt
+from toki.formal.terms import NONE, Serial, lex_gt
+
+if TYPE_CHECKING:
+    from toki.formal.encoding import History
 
 __all__ = ["serial_beliefs"]
 

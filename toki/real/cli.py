@@ -63,21 +63,10 @@ def make_real_workload(name: str | None, agents: int, claims: int, keys: int, se
 
 
 def parse_faults(text: str | None) -> int:
-    """`crash:N` (N crashes per agent) -> N; real runs offer no other fault."""
-    budget = 0
-    for part in (text or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        kind, _, arg = part.partition(":")
-        if kind != "crash" or not (arg or "1").isdigit():
-            raise InvalidInput(
-                "--faults",
-                f"{part!r} is not a fault of real runs",
-                "use crash:<n> (n crashes per agent, between gate points)",
-            )
-        budget = int(arg or 1)
-    return budget
+    """`crash:N` (N crashes per agent) -> N (`toki.real.faults.crash_budget`)."""
+    from toki.real.faults import crash_budget
+
+    return crash_budget(text)
 
 
 def _print(data: Any) -> None:
@@ -146,7 +135,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     system = get_real_system(args.system)
     worker_python(system)  # a missing environment is one line, before anything else
-    crash_budget = parse_faults(args.faults)
+    from toki.real.faults import parse_faults as fault_plan
+
+    faults = fault_plan(args.faults)
     for name, value in (
         ("--agents", args.agents),
         ("--claims", args.claims),
@@ -173,7 +164,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             recovery,
             budget=args.budget,
             seed=args.seed,
-            crash_budget=crash_budget,
+            crash_budget=faults.crash,
+            faults=faults,
             check=args.check,
             out=out,
             gate_timeout=args.gate_timeout,
@@ -302,7 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--p", type=float, default=0.5, help="judge's vote for the challenger")
     run.add_argument("--depth", type=int, default=3, help="PCT depth")
     run.add_argument("--preemptions", type=int, default=2, help="bounded DFS preemptions")
-    run.add_argument("--faults", help="crash:<n>: n crashes per agent between gate points")
+    run.add_argument(
+        "--faults",
+        help="crash:<n>, raise:<n>[:kind], restart:1, torn:1, tasks:<n> (comma-separated; "
+        "docs/real.md)",
+    )
     run.add_argument("--check", action="store_true", help="check N1/RD/N2/N3 on every schedule")
     run.add_argument("--out", help="folder for witnesses (default: a new one under ./toki-out)")
     run.add_argument(

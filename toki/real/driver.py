@@ -25,17 +25,31 @@ from toki.errors import InvalidInput, ProgramError, ScheduleError
 from toki.isolation import Isolation
 from toki.real.adapter import Picker, RealSystem
 from toki.real.errors import RealError, WorkerError
-from toki.real.gate import GatePoint, as_local, is_release, lock_steps
+from toki.real.faults import FaultPlan, error_for
+from toki.real.gate import GatePoint, as_local, is_release, lock_steps, resources
 from toki.real.session import Session
 from toki.real.systems import worker_python
 from toki.sim.engine import Choice, Execution
 from toki.sim.explore import Run, Stats, Strategy, record
-from toki.sim.program import Agent, Commit, Crash, Footprint, Program, Step, World
+from toki.sim.program import (
+    Abort,
+    Agent,
+    Commit,
+    Crash,
+    Fault,
+    Footprint,
+    Local,
+    Program,
+    Step,
+    World,
+)
 from toki.sim.store import SimStore
 from toki.sim.workload import SimClaim, Workload
 from toki.systems.base import belief_hash
 
 __all__ = [
+    "DEATHS",
+    "KILLED",
     "CountingPicker",
     "LiveTrace",
     "RealRun",
@@ -69,6 +83,7 @@ class RealRun:
     footprints: tuple[Footprint, ...] | None = field(default=None, repr=False, compare=False)
     recovered_pinned: Any = None  # the same recovery with the live judge pinned (N1 vs RD)
     judge_calls: int = 0  # questions the live write path asked the judge
+    restart: Mapping[str, Any] | None = None  # after a process death: the reopened library
 
     @property
     def record(self) -> dict[str, Any]:
@@ -81,6 +96,7 @@ class RealRun:
             "timeline": list(self.timeline),
             "recovered": self.recovered,
             "recovered_pinned": self.recovered_pinned,
+            **({"restart": self.restart} if self.restart is not None else {}),
         }
 
     @property
@@ -126,6 +142,22 @@ class LiveTrace:
         self.seed = seed
         self.replays: dict[str, Any] = {}  # recovery re-runs, memoised by order and judge
         self.judge_calls = 0  # questions the live write path asked the judge (this world)
+        self.armed: dict[int, int] = {}  # agent -> injected failures waiting for its next call
+        self.dead = False  # the worker process died in this world (restart or torn fault)
+        self.at: dict[int, int | None] = {}  # agent -> the claim of the point it is parked at
+        self.rotation: dict[int, int] = {}  # agent -> task choices fired since its last step
+        self.switched: dict[int, int] = {}  # agent -> task choices fired in this world
+
+
+def _acquires(point: GatePoint) -> bool:
+    return point.kind == "lock" and not is_release(point)
+
+
+def _units(resp: Mapping[str, Any]) -> list[GatePoint]:
+    """The agent's parked units (tasks, threads), by unit number: the oldest first."""
+    if resp.get("state") != "parked":
+        return []
+    return [GatePoint.from_json(p) for p in resp.get("parked") or [resp["point"]]]
 
 
 def _siblings_touch_shared(resp: Mapping[str, Any]) -> bool:
@@ -149,25 +181,58 @@ def real_program(
     seed: int = 0,
     crash_budget: int = 0,
     max_steps: int = 10_000,
+    faults: FaultPlan | None = None,
 ) -> tuple[Program, LiveTrace]:
-    """A program whose every world is a fresh instance of the library in `session`."""
+    """A program whose every world is a fresh instance of the library in `session`.
+    `faults` (default: `crash_budget` crashes per agent) adds the explorer's fault choices
+    of `toki.real.faults`: injected failures per agent, one process death per run."""
     live = LiveTrace(workload, seed)
     config = system.host.config(workload)
+    plan = faults if faults is not None else FaultPlan(crash=crash_budget)
+    if plan.dies and not session.info.get("restartable"):
+        raise WorkerError(
+            f"system {system.name!r}: its adapter cannot reopen the library from its files "
+            "(no restart hook), so restart and torn faults do not apply"
+        )
+    if plan.tasks and not session.info.get("is_async"):
+        raise WorkerError(
+            f"system {system.name!r}: its adapter is not asynchronous (one unit per agent), "
+            "so tasks:<n> does not apply"
+        )
 
     def agent(i: int, inbox: Sequence[SimClaim]) -> Agent:
         resp = session.call("start", agent=i, inbox=[c.to_json() for c in inbox])
         pending: Step | None = None  # the model's lock release, after the real one
-        while resp["state"] == "parked" or pending is not None:
+        in_lock = False  # inside the model's lock transaction
+        while resp["state"] == "parked" or pending is not None or in_lock:
             point = GatePoint.from_json(resp["point"]) if resp["state"] == "parked" else None
+            if in_lock and pending is None and (point is None or _acquires(point)):
+                # the library let go of its lock without the release gate point (an injected
+                # failure unwound its `with` block): so does the model
+                pending = Abort()
+            units = _units(resp) if pending is None else []
             if point is not None and pending is None and _siblings_touch_shared(resp):
-                live.notes["sibling_order_fixed"] = live.notes.get("sibling_order_fixed", 0) + 1
+                # the explorer cannot reorder them (no task choices, or none left): noted
+                spent = live.switched.get(i, 0) >= plan.tasks
+                note = "sibling_order_fixed" if not plan.tasks else "task_choices_spent"
+                if spent:
+                    live.notes[note] = live.notes.get(note, 0) + 1
+            if point is not None:
+                live.at[i] = point.claim
             try:
                 if pending is not None:
                     yield pending
                     pending = None
+                    in_lock = False
                     continue
                 assert point is not None
-                if point.kind != "lock":
+                if plan.tasks and len(units) > 1 and all(u.kind != "lock" for u in units):
+                    # any parked unit may be the one released: the step covers them all
+                    reads = frozenset().union(*(resources(u.reads) for u in units))
+                    writes = frozenset().union(*(resources(u.writes) for u in units))
+                    yield Local(point.name, point, reads, writes)
+                    point = units[live.rotation.pop(i, 0) % len(units)]
+                elif point.kind != "lock":
                     yield as_local(point)
                 elif is_release(point):
                     # the release publishes what was written under the lock: the step that
@@ -180,7 +245,10 @@ def real_program(
                         result = yield step
                         if isinstance(result, Exception):
                             raise WorkerError(f"the lock model refused {point.name}: {result}")
+                    in_lock = True
             except Crash:
+                if live.dead:
+                    raise  # the process is gone: nothing is left to abandon
                 session.call("crash", agent=i)
                 live.trace.append(
                     {
@@ -190,9 +258,20 @@ def real_program(
                     }
                 )
                 raise
-            counting = CountingPicker(judge)
-            reply = system.host.answer(point, counting)
-            live.judge_calls += counting.asked
+            live.rotation.pop(i, None)
+            if live.dead:  # the process died while this agent was parked: it never resumes
+                if in_lock:
+                    yield Abort()
+                return KILLED
+            fail = None
+            if live.armed.get(i):
+                live.armed[i] -= 1
+                fail = error_for(point, plan.error)
+            reply = None
+            if fail is None:
+                counting = CountingPicker(judge)
+                reply = system.host.answer(point, counting)
+                live.judge_calls += counting.asked
             live.trace.append(
                 {
                     "agent": i,
@@ -201,20 +280,62 @@ def real_program(
                     "detail": point.detail,
                     "reply": reply,
                     **({"task": point.task} if point.task else {}),
+                    **({"fault": "raise", "error": fail} if fail else {}),
                 }
             )
-            resp = session.call("step", agent=i, reply=reply, task=point.task)
+            resp = session.call("step", agent=i, reply=reply, task=point.task, fail=fail)
         return _frozen(resp["outcome"])
+
+    def arm(i: int) -> Fault:
+        def apply() -> None:
+            live.armed[i] = live.armed.get(i, 0) + 1
+
+        return Fault(f"raise:{i}", apply, plan.raises, frozenset((i,)))
+
+    def switch(i: int) -> Fault:
+        def apply() -> None:
+            live.rotation[i] = live.rotation.get(i, 0) + 1
+            live.switched[i] = live.switched.get(i, 0) + 1
+
+        return Fault(f"task:{i}", apply, plan.tasks, frozenset((i,)))
+
+    def die() -> None:
+        out = session.call("kill", tear=bool(plan.torn))
+        live.dead = True
+        live.trace.append(
+            {
+                "fault": "torn" if plan.torn else "restart",
+                "killed": out.get("killed"),
+                "torn": out.get("torn"),
+            }
+        )
 
     def build() -> World:
         session.call("open", seed=seed, config=config)
         live.trace = []
         live.judge_calls = 0
+        live.armed = {}
+        live.dead = False
+        live.at = {}
+        live.rotation = {}
+        live.switched = {}
         agents = tuple(agent(i, inbox) for i, inbox in enumerate(workload.inboxes))
-        return World(SimStore(Isolation.READ_COMMITTED), agents, ())
+        choices: list[Fault] = []
+        if plan.raises:
+            choices += [arm(i) for i in range(len(agents))]
+        if plan.tasks:
+            choices += [switch(i) for i in range(len(agents))]
+        if plan.dies:
+            choices.append(Fault("torn" if plan.torn else "restart", die, 1, None))
+        return World(SimStore(Isolation.READ_COMMITTED), agents, tuple(choices))
 
     name = f"{system.name}/{workload.name}"
-    return Program(name, build, crash_budget, max_steps), live
+    return Program(name, build, plan.crash, max_steps), live
+
+
+KILLED = "KILLED"
+"""The outcome of an agent whose process died while it was parked (a restart or torn
+fault); after the restart its client retries the claims it was not acknowledged."""
 
 
 def finish_run(
@@ -228,6 +349,7 @@ def finish_run(
     """Observe the library after `run` ended (call before anything re-opens the session),
     and run its recovery with the fresh `recovery` judge and, given the live `judge`, with
     that judge pinned (what tells N1 from RD)."""
+    restart = _restart(system, session, live, judge) if live.dead else None
     seen = session.call("observe")
     trace = tuple(live.trace)
     restored = _recovered(system, session, live, seen["observation"], recovery)
@@ -244,7 +366,59 @@ def finish_run(
         footprints=run.footprints,
         recovered_pinned=pinned,
         judge_calls=live.judge_calls,
+        restart=restart,
     )
+
+
+def _restart(
+    system: RealSystem, session: Session, live: LiveTrace, judge: Picker | None
+) -> dict[str, Any]:
+    """After a process death: reopen the library from its own files in a fresh instance,
+    let each killed client retry, serially, the claims it was not acknowledged (from the
+    one it was working on), then ask the library to answer a search for each memory it
+    serves (`probe`) and count its own index (`integrity`)."""
+    assert live.workload is not None
+    killed: list[Any] = next(
+        (t.get("killed") or [] for t in live.trace if t.get("fault") in DEATHS), []
+    )
+    reopened = session.call("reopen")
+    retried: dict[str, list[Any]] = {}
+    for i in sorted(int(a) for a in killed):
+        inbox = live.workload.inboxes[i]
+        start = live.at.get(i) or 0
+        todo = list(inbox[start:])
+        if not todo:
+            continue
+        retried[str(i)] = [c.to_json() for c in todo]
+        resp = session.call("start", agent=i, inbox=[c.to_json() for c in todo])
+        while resp["state"] == "parked":
+            point = GatePoint.from_json(resp["point"])
+            reply = system.host.answer(point, judge) if judge is not None else None
+            resp = session.call("step", agent=i, reply=reply, task=point.task)
+    seen = session.call("observe")
+    views = [seen["observation"], *(t.get("view") or {} for t in seen.get("timeline", ()))]
+    queries = [  # every memory the library served, before or after the death
+        dict(q)
+        for q in dict.fromkeys(
+            (("text", m["text"]), ("scope", str(m.get("user", "user"))))
+            for view in views
+            for m in view.get("memories", ())
+            if isinstance(m, Mapping) and isinstance(m.get("text"), str)
+        )
+    ]
+    probed = session.call("probe", queries=queries)
+    return {
+        "reopened": reopened.get("view"),
+        "integrity_reopened": reopened.get("integrity"),
+        "retried": retried,
+        "probes": [  # empty when the adapter cannot search
+            {"query": q, "answers": a} for q, a in zip(queries, probed["answers"], strict=False)
+        ],
+        "integrity": probed.get("integrity"),
+    }
+
+
+DEATHS = ("restart", "torn")
 
 
 def _recovered(
@@ -324,12 +498,13 @@ def real_runs(
     seed: int = 0,
     crash_budget: int = 0,
     stats: Stats | None = None,
+    faults: FaultPlan | None = None,
 ) -> Iterator[RealRun]:
     """The strategy's schedules of the real system, each observed (at most `budget`)."""
     if budget < 1:
         raise InvalidInput("budget", f"{budget} < 1", "explore at least one schedule")
     program, live = real_program(
-        system, session, workload, judge, seed=seed, crash_budget=crash_budget
+        system, session, workload, judge, seed=seed, crash_budget=crash_budget, faults=faults
     )
     stats = stats if stats is not None else Stats()
     runs = strategy.runs(program, stats)

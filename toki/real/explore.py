@@ -13,6 +13,8 @@ from typing import Any
 from toki.real.adapter import Picker, RealSystem
 from toki.real.checks import ANOMALIES, check_real
 from toki.real.driver import SerialCache, open_session, real_runs
+from toki.real.faults import FaultPlan
+from toki.real.restart import FAULT_ANOMALIES, check_faults, injected, n2_acknowledged
 from toki.real.session import Session
 from toki.real.witness import RealWitness, explain_real, judge_to_json
 from toki.sim.explore import Stats, Strategy
@@ -46,6 +48,12 @@ class RealReport:
     witnesses: dict[str, RealWitness] = field(default_factory=dict)
     witness_files: dict[str, str] = field(default_factory=dict)
     notes: dict[str, int] = field(default_factory=dict)  # the strategy's counters (DPOR's)
+    faults: str = ""  # the --faults spec beyond crashes ("" : none)
+    fault_checks: bool = False  # injected errors or a death: the checks of toki.real.restart
+
+    @property
+    def _names(self) -> tuple[str, ...]:
+        return ANOMALIES + (FAULT_ANOMALIES if self.fault_checks else ())
 
     @property
     def schedules_per_s(self) -> float:
@@ -62,6 +70,7 @@ class RealReport:
             "budget": self.budget,
             "seed": self.seed,
             "crash_budget": self.crash_budget,
+            **({"faults": self.faults} if self.faults else {}),
             "schedules": self.schedules,
             "steps": self.steps,
             "distinct_states": self.distinct_states,
@@ -69,9 +78,9 @@ class RealReport:
             "seconds": round(self.seconds, 3),
             "schedules_per_s": round(self.schedules_per_s, 2),
             "serial_runs": self.serial_runs,
-            "anomalies": {a: self.anomalies.get(a, 0) for a in ANOMALIES},
-            "checked": {a: self.checked.get(a, 0) for a in ANOMALIES},
-            "undecided": {a: self.undecided.get(a, 0) for a in ANOMALIES},
+            "anomalies": {a: self.anomalies.get(a, 0) for a in self._names},
+            "checked": {a: self.checked.get(a, 0) for a in self._names},
+            "undecided": {a: self.undecided.get(a, 0) for a in self._names},
             "recovery_judge_calls": self.recovery_judge_calls,
             "judged_runs": self.judged_runs,
             "witnesses": dict(sorted(self.witness_files.items())),
@@ -94,10 +103,17 @@ def explore_real(
     gate_timeout: float = 60.0,
     progress: Callable[[int], None] | None = None,
     session: Session | None = None,
+    faults: FaultPlan | None = None,
 ) -> RealReport:
     """Run `strategy` on the real system for at most `budget` schedules; with `check`,
-    check N1/RD/N2/N3 on each and keep the shortest witness of each anomaly (saved in
-    `out`). `session`: a worker already open for the system (else one is started)."""
+    check N1/RD/N2/N3 on each (and, with `faults` beyond crashes, the checks of
+    `toki.real.restart`) and keep the shortest witness of each anomaly (saved in `out`).
+    `session`: a worker already open for the system (else one is started)."""
+    plan = faults if faults is not None else FaultPlan(crash=crash_budget)
+    crash_budget = plan.crash
+    extra = FaultPlan(
+        raises=plan.raises, error=plan.error, restart=plan.restart, torn=plan.torn, tasks=plan.tasks
+    )
     report = RealReport(
         system.name,
         system.version,
@@ -108,6 +124,8 @@ def explore_real(
         seed,
         crash_budget,
         system.model,
+        faults=plan.spec() if extra else "",
+        fault_checks=bool(plan.raises or plan.dies),
     )
     states: set[str] = set()
     stats = Stats()
@@ -128,6 +146,7 @@ def explore_real(
             seed=seed,
             crash_budget=crash_budget,
             stats=stats,
+            faults=plan,
         )
         for rr in runs:
             report.schedules += 1
@@ -136,9 +155,16 @@ def explore_real(
             if rr.judge_calls:
                 report.judged_runs += 1
             if check:
-                for name, v in check_real(system, workload, rr, serial, recovery).items():
+                verdicts = dict(check_real(system, workload, rr, serial, recovery))
+                if report.fault_checks:
+                    verdicts.update(check_faults(system, workload, rr))
+                    if injected(rr):  # a failure the call reported is no committed claim
+                        verdicts["N2"] = n2_acknowledged(system, workload, rr, serial)
+                for name, v in verdicts.items():
                     if name == "N1":
                         report.recovery_judge_calls += int(v.details["recovery_judge_calls"])
+                    if v.abstained and name in FAULT_ANOMALIES:
+                        continue  # nothing to check: no such fault in this run
                     if not v.ran:
                         report.undecided[name] += 1
                         continue
@@ -163,6 +189,7 @@ def explore_real(
                             v.expected,
                             v.observed,
                             dict(v.details),
+                            faults=plan.spec(),
                         )
                         report.witnesses[name] = RealWitness(
                             **{
@@ -175,6 +202,8 @@ def explore_real(
         report.serial_runs = serial.runs
     # an async agent's sibling tasks released in a fixed order: the agent-level schedule
     # space was enumerated, the (agent, task) orders inside an agent were not
+    # (with tasks:<n> the space is the schedules with at most n task choices per agent:
+    # `task_choices_spent` counts the moments orders beyond that bound may have existed)
     report.exhausted = stats.exhausted and not stats.notes.get("sibling_order_fixed")
     report.notes = dict(stats.notes)
     report.seconds = time.perf_counter() - t0

@@ -222,7 +222,7 @@ def run_scenario(
     anomalies on every schedule. Affected: stops at the first schedule that shows all of
     them and saves it as a witness per anomaly. Fixed: explores the whole budget."""
     from toki.check.runner import make_strategy
-    from toki.real.cli import parse_faults
+    from toki.real.faults import crash_budget as parse_faults
 
     system = get_real_system(runnable(scenario, fixed=fixed))
     program = scenario.program()

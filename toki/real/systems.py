@@ -13,6 +13,7 @@ from toki.real.adapters.graphiti import GraphitiHost
 from toki.real.adapters.langchain import LangGraphStoreHost, LangMemHost
 from toki.real.adapters.mem0 import Mem0Host
 from toki.real.adapters.toki_memory import TokiHost
+from toki.real.deploy import Processes
 from toki.real.envs import SetupReport, python_for, setup
 from toki.real.errors import SetupFailed
 
@@ -56,6 +57,48 @@ SYSTEMS: dict[str, RealSystem] = {
             "embeddings are feature-hashed words (64 dims): retrieval finds a key's memories "
             "because they share its words, not by meaning",
             "graph memory off (no graph store configured), as in a default configuration",
+        ),
+    ),
+    "mem0-1.0.11-async": RealSystem(
+        name="mem0-1.0.11-async",
+        title="mem0ai 1.0.11 AsyncMemory: add() as asyncio tasks and to_thread calls",
+        library="mem0ai",
+        version="1.0.11",
+        module="mem0",
+        adapter="mem0_async",
+        host=Mem0Host(1),
+        lock="mem0-1.0.11.txt",
+        venv="mem0-1.0.11",
+        env=_MEM0_ENV,
+        model=None,  # not a matrix row: the same model as mem0-1.0.11, driven asynchronously
+        intercepted=(
+            *_MEM0_GATES[:1],
+            "clock: datetime.now in mem0.memory.main, one stream per agent (no gate point)",
+            *_MEM0_GATES[2:5],
+            "tasks and to_thread threads of AsyncMemory.add: units of the agent (tasks:<n>)",
+        ),
+        simplified=("as mem0-1.0.11; the clock is a stream per agent (read on the event loop)",),
+        exhaustible=False,  # units released oldest first unless tasks:<n>
+    ),
+    "mem0-1.0.11-procs": RealSystem(
+        name="mem0-1.0.11-procs",
+        title="mem0ai 1.0.11, one Memory per agent over the same FAISS files and history db",
+        library="mem0ai",
+        version="1.0.11",
+        module="mem0",
+        adapter="mem0",
+        host=Processes(Mem0Host(1)),
+        lock="mem0-1.0.11.txt",
+        venv="mem0-1.0.11",
+        env=_MEM0_ENV,
+        model=None,  # a deployment of mem0-1.0.11, not a matrix row
+        intercepted=(
+            *_MEM0_GATES,
+            "each FAISS write also writes the index and docstore files (saved whole)",
+        ),
+        simplified=(
+            "as mem0-1.0.11; the agents' instances live in one worker process (separate "
+            "objects, connections and in-memory indexes, as separate processes have)",
         ),
     ),
     "mem0-2.2.1": RealSystem(

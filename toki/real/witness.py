@@ -21,6 +21,8 @@ from toki.real.driver import (
     real_program,
     unwrapped,
 )
+from toki.real.faults import plan_from_json
+from toki.real.restart import FAULT_ANOMALIES, check_faults, injected, n2_acknowledged
 from toki.real.systems import get_real_system
 from toki.sim.explore import replay_schedule
 from toki.sim.workload import Workload
@@ -81,6 +83,7 @@ class RealWitness:
     observed: Any = None
     details: Mapping[str, Any] = field(default_factory=dict)
     steps: tuple[str, ...] = ()  # the story, as told when it was found
+    faults: str = ""  # the --faults spec of the run (crash, raise, restart, torn)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,6 +104,7 @@ class RealWitness:
             "observed": self.observed,
             "details": dict(self.details),
             "steps": list(self.steps),
+            **({"faults": self.faults} if self.faults else {}),
         }
 
     @classmethod
@@ -127,6 +131,7 @@ class RealWitness:
             observed=data.get("observed"),
             details=dict(data.get("details") or {}),
             steps=tuple(data.get("steps", ())),
+            faults=str(data.get("faults") or ""),
         )
 
     def save(self, path: str | Path) -> Path:
@@ -152,14 +157,20 @@ def replay_real(w: RealWitness, *, gate_timeout: float = 60.0) -> tuple[RealRun,
     system = get_real_system(w.system)
     judge, recovery = judge_from_json(w.judge), judge_from_json(w.recovery)
     with open_session(system, gate_timeout=gate_timeout) as session:
+        plan = plan_from_json(w.faults, w.crash_budget)
         program, live = real_program(
-            system, session, w.workload, judge, seed=w.seed, crash_budget=w.crash_budget
+            system, session, w.workload, judge, seed=w.seed, crash_budget=plan.crash, faults=plan
         )
         with unwrapped():
             run = replay_schedule(program, w.schedule)
         rr = finish_run(system, session, live, run, recovery, judge)
         serial = SerialCache(system, session, w.workload, judge, w.seed)
-        verdict = check_real(system, w.workload, rr, serial, recovery, (w.anomaly,))[w.anomaly]
+        if w.anomaly in FAULT_ANOMALIES:
+            verdict = check_faults(system, w.workload, rr, (w.anomaly,))[w.anomaly]
+        elif w.anomaly == "N2" and injected(rr):
+            verdict = n2_acknowledged(system, w.workload, rr, serial)
+        else:
+            verdict = check_real(system, w.workload, rr, serial, recovery, (w.anomaly,))[w.anomaly]
     return rr, verdict
 
 
@@ -172,7 +183,25 @@ def _describe(entry: Mapping[str, Any]) -> str:
     """One gate point of the trace in words."""
     if "crash" in entry:
         return f"agent {entry['crash']} CRASHES, parked before {entry.get('before')}"
+    if entry.get("fault") in ("restart", "torn"):
+        torn = entry.get("torn")
+        how = (
+            f"during its last write of {torn['file']} ({torn['kept']} of {torn['bytes']} "
+            "bytes reach disk)"
+            if isinstance(torn, Mapping)
+            else "before it wrote any of its files (nothing to tear)"
+            if entry.get("fault") == "torn"
+            else "between two gate points (the files stay as last written)"
+        )
+        return f"the PROCESS DIES {how}; agents {entry.get('killed')} stop where they are"
+    if entry.get("fault") == "raise":
+        return (
+            f"agent {entry.get('agent')}'s call {entry.get('point')} FAILS: injected "
+            f"{entry.get('error')} error (the call is not made)"
+        )
     agent, point = entry.get("agent"), str(entry.get("point"))
+    if entry.get("task"):  # a unit of the agent other than its main task (async libraries)
+        agent = f"{agent} (unit {entry['task']})"
     raw = entry.get("detail")
     detail: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     reply = entry.get("reply")
@@ -220,10 +249,33 @@ def explain_real(w: RealWitness, rr: RealRun, verdict: Verdict | None = None) ->
         "gate points, in the order they ran:",
     ]
     lines += [f"  {i:3d} {_describe(e)}" for i, e in enumerate(rr.trace)]
+    if rr.restart is not None:
+        lines += _describe_restart(rr.restart)
     v = verdict
     lines.append(f"expected {_short(w.expected if v is None else v.expected, 200)}")
     lines.append(f"observed {_short(w.observed if v is None else v.observed, 200)}")
     lines.append(_moral(w.anomaly))
+    return lines
+
+
+def _describe_restart(restart: Mapping[str, Any]) -> list[str]:
+    """The restart after a death: what was reopened, retried and answered."""
+    view = restart.get("reopened") or {}
+    live = [m.get("text") for m in view.get("memories", ())] if isinstance(view, Mapping) else []
+    lines = [f"restart: the library reopened from its files serves {live}"]
+    if restart.get("integrity_reopened"):
+        lines.append(f"  its index after the reopen: {restart['integrity_reopened']}")
+    for agent, claims in sorted((restart.get("retried") or {}).items()):
+        what = [f"{c['key']}={c['value']}" for c in claims]
+        lines.append(f"  client {agent} retries what it was not acknowledged: {what}")
+    for probe in restart.get("probes") or ():
+        first = (probe.get("answers") or [{}])[0]
+        lines.append(
+            f"  search {probe['query']['text']!r} -> first {first.get('text')!r} "
+            f"(score {first.get('score')})"
+        )
+    if restart.get("integrity"):
+        lines.append(f"  its index at the end: {restart['integrity']}")
     return lines
 
 
@@ -248,10 +300,23 @@ def _moral(anomaly: str) -> str:
             "why: no serial run of the real code over the committed claims, in any order "
             "that keeps each agent's own order, ends with these beliefs"
         )
+    if anomaly in FAULT_ANOMALIES:
+        return f"why: {_FAULT_MORALS[anomaly]}"
     return (
         "why: a value a reader was served is in no current memory, history row or audit "
         "row any more: no query can produce it"
     )
+
+
+_FAULT_MORALS = {
+    "silent-failure": "a boundary call (store, LLM) failed, and the library's call returned "
+    "normally: the application cannot tell the write did not happen",
+    "lost-write": "a memory readers were served before the process died is not served after "
+    "the library reopened its own files",
+    "resurrection": "a memory removed before the process died is served again after the reopen",
+    "wrong-answer": "after the reopen, a search for a memory's exact text answers another memory",
+    "index-after-restart": "after the reopen, the library's index disagrees with itself",
+}
 
 
 def describe_system(system: RealSystem) -> dict[str, Any]:

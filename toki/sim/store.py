@@ -29,11 +29,7 @@ the transaction. Every statement is atomic: a predicate write either applies in 
 
 from __future__ import annotations
 
-import enum
-import hashlib
-from collections import deque
-from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple, NoReturn
 
 from toki.errors import (
@@ -44,8 +40,25 @@ from toki.errors import (
     WouldBlock,
 )
 from toki.isolation import Isolation
+from toki.sim.ops import (
+    INITIAL_TXN,
+    Key,
+    Op,
+    OpKind,
+    Predicate,
+    Seen,
+    TxnStatus,
+    Updater,
+    Version,
+    not_active_error,
+    state_digest,
+    txn_status,
+)
+from toki.sim.ssi import PIVOT_DOOMED, Ssi
+from toki.sim.txn import Pending, Txn, Wait, visible_index
 
 __all__ = [
+    "INITIAL_TXN",
     "Key",
     "Op",
     "OpKind",
@@ -60,15 +73,6 @@ __all__ = [
     "txn_status",
 ]
 
-Key = Hashable
-Predicate = Callable[[Any, Any], bool]
-"""`where(key, value) -> bool`, evaluated on live rows only."""
-Updater = Callable[[Any, Any], Any]
-"""`fn(key, old_value) -> new_value` for `update_where`."""
-
-INITIAL_TXN = 0
-"""The transaction id that wrote the initial state (Adya's T_init)."""
-
 # Level codes, ordered so that `code >= _SI` means "multi-version snapshot reads".
 _RU, _RC, _RR, _SI, _SER = 0, 1, 2, 3, 4
 _CODE = {
@@ -80,93 +84,6 @@ _CODE = {
 }
 
 _CONCURRENT_UPDATE = "could not serialize access due to concurrent update"
-_RW_DEPENDENCIES = "could not serialize access due to read/write dependencies among transactions"
-_PIVOT_WRITE = _RW_DEPENDENCIES + " (canceled on identification as a pivot, during write)"
-_PIVOT_READ = _RW_DEPENDENCIES + " (canceled on conflict out to pivot, during read)"
-_PIVOT_DOOMED = _RW_DEPENDENCIES + " (canceled on identification as a pivot by a concurrent commit)"
-
-
-class OpKind(enum.StrEnum):
-    """What a history entry records."""
-
-    BEGIN = "begin"
-    READ = "read"
-    WRITE = "write"
-    DELETE = "delete"
-    SELECT = "select"
-    COMMIT = "commit"
-    ABORT = "abort"
-
-
-class TxnStatus(enum.StrEnum):
-    ACTIVE = "active"
-    COMMITTED = "committed"
-    ABORTED = "aborted"
-
-
-class Seen(NamedTuple):
-    """One row a predicate read examined: the version it saw and whether it matched."""
-
-    key: Key
-    value: Any
-    writer: int
-    version: int
-    matched: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Version:
-    """One committed version of a key.
-
-    `version` is the history step of the write that produced it (0 for the initial state), so
-    (key, version) names it uniquely; `writer` is the transaction id (0 = initial state);
-    `commit_seq` is the writer's position in the commit order. A delete is a version with
-    `deleted=True` and value None.
-    """
-
-    key: Key
-    value: Any
-    deleted: bool
-    writer: int
-    version: int
-    commit_seq: int
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One history entry; `step` increases by one per entry (a logical clock).
-
-    READ: `value` read, `writer`/`version` of the version read (None, None: key never existed).
-    WRITE/DELETE: the value written; `version` = `step` (the id the version will carry if it
-    commits; a later write by the same transaction to the same key supersedes it).
-    SELECT: `predicate` and, in `items`, every row examined with the version seen; `value` is
-    the result as a tuple of (key, value) pairs. Predicate writes (`update_where`,
-    `delete_where`) record a SELECT followed by their WRITE/DELETE entries.
-    ABORT: `note` says why (explicit abort, deadlock, serialization failure).
-    """
-
-    step: int
-    txn: int
-    kind: OpKind
-    key: Key | None = None
-    value: Any = None
-    writer: int | None = None
-    version: int | None = None
-    predicate: Predicate | None = None
-    items: tuple[Seen, ...] = ()
-    note: str = ""
-
-
-class _Pending(NamedTuple):
-    value: Any
-    deleted: bool
-    version: int
-
-
-class _Wait(NamedTuple):
-    fingerprint: tuple[Any, ...]
-    point: int
-    blockers: frozenset[int]
 
 
 class _Row(NamedTuple):
@@ -174,39 +91,6 @@ class _Row(NamedTuple):
     writer: int
     version: int
     live: bool
-
-
-class _Txn:
-    """Mutable per-transaction state. SSI fields are used only at SERIALIZABLE."""
-
-    __slots__ = (
-        "commit_seq",
-        "doomed",
-        "id",
-        "in_conf",
-        "out_conf",
-        "preds",
-        "sireads",
-        "slocks",
-        "snap",
-        "sum_out_min",
-        "wait",
-        "writes",
-    )
-
-    def __init__(self, tid: int) -> None:
-        self.id = tid
-        self.snap: int | None = None
-        self.writes: dict[Key, _Pending] = {}
-        self.slocks: set[Key] = set()
-        self.wait: _Wait | None = None
-        self.commit_seq: int | None = None
-        self.doomed = False
-        self.in_conf: set[int] = set()  # readers R with R -rw-> self
-        self.out_conf: set[int] = set()  # writers W with self -rw-> W
-        self.sireads: set[Key] = set()
-        self.preds: list[Predicate] = []
-        self.sum_out_min: int | None = None  # earliest commit among forgotten out-conflicts
 
 
 class SimStore:
@@ -222,12 +106,9 @@ class SimStore:
         "_code",
         "_finished",
         "_hist",
-        "_kept",
         "_level",
         "_next_id",
-        "_pred_holders",
         "_seq",
-        "_siread",
         "_slock",
         "_ssi",
         "_step",
@@ -247,17 +128,14 @@ class SimStore:
             self._versions[key] = [Version(key, value, False, INITIAL_TXN, 0, 0)]
         self._xlock: dict[Key, int] = {}  # key -> the one transaction holding its write lock
         self._slock: dict[Key, set[int]] = {}  # REPEATABLE_READ item read locks
-        self._active: dict[int, _Txn] = {}
+        self._active: dict[int, Txn] = {}
         self._finished: dict[int, TxnStatus] = {}
         self._next_id = 1
         self._seq = 0  # commits so far; a snapshot is "every commit with seq <= snap"
         self._step = 0
         self._hist: list[Op] = []
         # SERIALIZABLE bookkeeping: records of active and still-relevant committed txns.
-        self._ssi: dict[int, _Txn] = {}
-        self._siread: dict[Key, set[int]] = {}
-        self._pred_holders: dict[int, _Txn] = {}
-        self._kept: deque[_Txn] = deque()
+        self._ssi = Ssi(self._versions, self._xlock, self._active, self._fail)
 
     # ------------------------------------------------------------------ public read-only API
 
@@ -302,10 +180,10 @@ class SimStore:
         statement, as in PostgreSQL, not here."""
         tid = self._next_id
         self._next_id += 1
-        t = _Txn(tid)
+        t = Txn(tid)
         self._active[tid] = t
         if self._code == _SER:
-            self._ssi[tid] = t
+            self._ssi.txns[tid] = t
         self._log(tid, OpKind.BEGIN)
         return tid
 
@@ -313,7 +191,7 @@ class SimStore:
         t = self._get(txn)
         t.wait = None
         if self._code == _SER:
-            self._precommit(t)
+            self._ssi.precommit(t)
         self._seq += 1
         seq = self._seq
         t.commit_seq = seq
@@ -334,8 +212,7 @@ class SimStore:
         self._finished[tid] = TxnStatus.COMMITTED
         self._log(tid, OpKind.COMMIT)
         if self._code == _SER:
-            self._kept.append(t)
-            self._forget_old()
+            self._ssi.committed(t, self._seq)
 
     def abort(self, txn: int) -> None:
         """Roll back. Aborting a transaction the store already aborted (after a
@@ -374,12 +251,12 @@ class SimStore:
         if code >= _SI:
             snap = t.snap if t.snap is not None else point
             t.snap = snap
-            idx = _visible_index(vs, snap)
+            idx = visible_index(vs, snap)
             if idx >= 0 and vs is not None:
                 ver = vs[idx]
             if code == _SER:
-                self._siread_add(t, key)
-                self._conflict_out_next(t, key, vs, idx)
+                self._ssi.siread_add(t, key)
+                self._ssi.conflict_out_next(t, key, vs, idx)
         elif vs:
             ver = vs[-1]
         if ver is None:
@@ -412,7 +289,7 @@ class SimStore:
                 if key not in t.writes:
                     self._slock_add(t, key)
         elif code == _SER:
-            self._ssi_predicate_read(t, where, snap, result)
+            self._ssi.predicate_read(t, where, snap, result)
         if code >= _SI:
             t.snap = snap
         self._log(t.id, OpKind.SELECT, None, tuple(result.items()), None, None, where, tuple(items))
@@ -458,7 +335,7 @@ class SimStore:
                 if vs and vs[-1].commit_seq > snap:
                     self._fail(t, _CONCURRENT_UPDATE)
             if code == _SER:
-                self._conflict_in(t, key, value, not deleted, snap)
+                self._ssi.conflict_in(t, key, value, not deleted, snap)
             t.snap = snap
         self._apply(t, key, value, deleted)
 
@@ -510,9 +387,9 @@ class SimStore:
                     raise InvalidInput("fn", f"returned None for key {key!r}", "use delete_where")
                 writes.append((key, new, base))
         if code == _SER:
-            self._ssi_predicate_read(t, where, snap, {k: r.value for k, r in candidates})
+            self._ssi.predicate_read(t, where, snap, {k: r.value for k, r in candidates})
             for key, new, _ in writes:
-                self._conflict_in(t, key, new, new is not None, snap)
+                self._ssi.conflict_in(t, key, new, new is not None, snap)
         if code >= _SI:
             t.snap = snap
         self._log(
@@ -531,12 +408,12 @@ class SimStore:
             out[key] = old if new is None else new
         return out
 
-    def _apply(self, t: _Txn, key: Key, value: Any, deleted: bool) -> None:
+    def _apply(self, t: Txn, key: Key, value: Any, deleted: bool) -> None:
         step = self._log(t.id, OpKind.DELETE if deleted else OpKind.WRITE, key, value, t.id, None)
-        t.writes[key] = _Pending(value, deleted, step)
+        t.writes[key] = Pending(value, deleted, step)
         self._xlock[key] = t.id
 
-    def _statement_snap(self, t: _Txn, point: int) -> int:
+    def _statement_snap(self, t: Txn, point: int) -> int:
         """The commit horizon a statement reads at (RU/RR: now; RC: statement start; SI: txn)."""
         if self._code >= _SI:
             return t.snap if t.snap is not None else point
@@ -544,7 +421,7 @@ class SimStore:
             return point
         return self._seq
 
-    def _scan(self, t: _Txn, snap: int) -> Iterator[tuple[Key, _Row]]:
+    def _scan(self, t: Txn, snap: int) -> Iterator[tuple[Key, _Row]]:
         """Every row the statement can see (tombstones included, live=False)."""
         writes = t.writes
         dirty = self._code == _RU
@@ -562,7 +439,7 @@ class SimStore:
                     p = active[holder].writes[key]
                     yield key, _Row(p.value, holder, p.version, not p.deleted)
                     continue
-            idx = _visible_index(vs, snap)
+            idx = visible_index(vs, snap)
             if idx >= 0:
                 v = vs[idx]
                 yield key, _Row(v.value, v.writer, v.version, not v.deleted)
@@ -575,7 +452,7 @@ class SimStore:
                     p = active[holder].writes[key]
                     yield key, _Row(p.value, holder, p.version, not p.deleted)
 
-    def _predicate_conflicts(self, t: _Txn, where: Predicate) -> frozenset[int]:
+    def _predicate_conflicts(self, t: Txn, where: Predicate) -> frozenset[int]:
         """REPEATABLE_READ short predicate lock: writers holding a row whose committed or
         pending value satisfies the predicate."""
         out: set[int] = set()
@@ -591,7 +468,7 @@ class SimStore:
                 out.add(holder)
         return frozenset(out)
 
-    def _write_blockers(self, t: _Txn, key: Key, holder: int | None) -> frozenset[int]:
+    def _write_blockers(self, t: Txn, key: Key, holder: int | None) -> frozenset[int]:
         out = {holder} if holder is not None else set()
         if self._code == _RR:
             out.update(r for r in self._slock.get(key, ()) if r != t.id)
@@ -599,7 +476,7 @@ class SimStore:
 
     # ------------------------------------------------------------------ locks and waiting
 
-    def _slock_add(self, t: _Txn, key: Key) -> None:
+    def _slock_add(self, t: Txn, key: Key) -> None:
         holders = self._slock.get(key)
         if holders is None:
             self._slock[key] = {t.id}
@@ -607,7 +484,7 @@ class SimStore:
             holders.add(t.id)
         t.slocks.add(key)
 
-    def _release_slocks(self, t: _Txn) -> None:
+    def _release_slocks(self, t: Txn) -> None:
         for key in t.slocks:
             holders = self._slock[key]
             holders.discard(t.id)
@@ -615,7 +492,7 @@ class SimStore:
                 del self._slock[key]
         t.slocks = set()
 
-    def _resume(self, t: _Txn, fingerprint: tuple[Any, ...]) -> int:
+    def _resume(self, t: Txn, fingerprint: tuple[Any, ...]) -> int:
         """A statement after a wait: if it retries the blocked one, it keeps the blocked
         statement's start point (PostgreSQL's statement snapshot); otherwise it starts now."""
         wait = t.wait
@@ -625,14 +502,14 @@ class SimStore:
         return self._seq
 
     def _block(
-        self, t: _Txn, blockers: frozenset[int], fingerprint: tuple[Any, ...], point: int
+        self, t: Txn, blockers: frozenset[int], fingerprint: tuple[Any, ...], point: int
     ) -> NoReturn:
         if self._closes_cycle(t.id, blockers):
             names = ", ".join(str(b) for b in sorted(blockers))
             self._fail(
                 t, f"deadlock detected: it waits for {names}, which wait for it", deadlock=True
             )
-        t.wait = _Wait(fingerprint, point, blockers)
+        t.wait = Wait(fingerprint, point, blockers)
         raise WouldBlock(t.id, blockers)
 
     def _closes_cycle(self, tid: int, blockers: frozenset[int]) -> bool:
@@ -652,24 +529,24 @@ class SimStore:
 
     # ------------------------------------------------------------------ finishing
 
-    def _get(self, txn: int) -> _Txn:
+    def _get(self, txn: int) -> Txn:
         t = self._active.get(txn)
         if t is None:
             raise self._not_active(txn)
         if t.doomed:
-            self._fail(t, _PIVOT_DOOMED)
+            self._fail(t, PIVOT_DOOMED)
         return t
 
     def _not_active(self, txn: object) -> TransactionError:
         return not_active_error(txn, self._finished)
 
-    def _fail(self, t: _Txn, reason: str, *, deadlock: bool = False) -> NoReturn:
+    def _fail(self, t: Txn, reason: str, *, deadlock: bool = False) -> NoReturn:
         self._rollback(t, reason)
         if deadlock:
             raise Deadlock(t.id, reason)
         raise SerializationFailure(t.id, reason)
 
-    def _rollback(self, t: _Txn, note: str) -> None:
+    def _rollback(self, t: Txn, note: str) -> None:
         for key in t.writes:
             del self._xlock[key]
         t.writes = {}
@@ -679,8 +556,7 @@ class SimStore:
         self._finished[t.id] = TxnStatus.ABORTED
         self._log(t.id, OpKind.ABORT, note=note)
         if self._code == _SER:
-            self._ssi_forget(t)
-            self._forget_old()
+            self._ssi.aborted(t, self._seq)
 
     def _log(
         self,
@@ -699,236 +575,3 @@ class SimStore:
             version = step  # a written version is named by the step that wrote it
         self._hist.append(Op(step, txn, kind, key, value, writer, version, predicate, items, note))
         return step
-
-    # ------------------------------------------------------------------ SSI (SERIALIZABLE)
-
-    def _siread_add(self, t: _Txn, key: Key) -> None:
-        if key in t.sireads:
-            return
-        t.sireads.add(key)
-        readers = self._siread.get(key)
-        if readers is None:
-            self._siread[key] = {t.id}
-        else:
-            readers.add(t.id)
-
-    def _conflict_out_next(self, t: _Txn, key: Key, vs: list[Version] | None, idx: int) -> None:
-        """A read saw a version that a concurrent transaction has overwritten (committed after
-        our snapshot, or still in flight): rw edge from us to the next version's writer."""
-        if vs is not None and idx + 1 < len(vs):
-            writer = self._ssi.get(vs[idx + 1].writer)
-        else:
-            holder = self._xlock.get(key)
-            writer = self._ssi.get(holder) if holder is not None and holder != t.id else None
-        if writer is not None and writer is not t and not writer.doomed:
-            self._flag(t, writer, t)
-
-    def _ssi_predicate_read(
-        self, t: _Txn, where: Predicate, snap: int, matched: Mapping[Key, Any]
-    ) -> None:
-        """Predicate SIREAD lock plus conflict-out to every concurrent writer whose version of
-        a row would change the predicate's result (phantoms included)."""
-        if not any(p is where for p in t.preds):
-            t.preds.append(where)
-        self._pred_holders[t.id] = t
-        # Keys in a canonical order: which writers this read dooms must not depend on the
-        # order in which independent commits first installed the keys (docs/exploration.md).
-        for key, vs in sorted(self._versions.items(), key=_by_key):
-            if key in t.writes:
-                continue
-            idx = _visible_index(vs, snap)
-            if key in matched:
-                self._siread_add(t, key)
-                self._conflict_out_next(t, key, vs, idx)
-            for v in vs[idx + 1 :]:
-                if not v.deleted and where(key, v.value):
-                    writer = self._ssi.get(v.writer)
-                    if writer is not None and not writer.doomed:
-                        self._flag(t, writer, t)
-        for key, holder in sorted(self._xlock.items(), key=_by_key):
-            if holder == t.id:
-                continue
-            p = self._active[holder].writes[key]
-            w = self._ssi[holder]
-            if not p.deleted and not w.doomed and where(key, p.value):
-                self._flag(t, w, t)
-
-    def _conflict_in(self, t: _Txn, key: Key, value: Any, live: bool, snap: int) -> None:
-        """A write by `t` overwrites what a concurrent transaction read (item SIREAD) or
-        would change what its predicate read returned: rw edge from that reader to us.
-        A doomed reader is skipped, as PostgreSQL does: it will roll back."""
-        readers = self._siread.get(key)
-        if readers:
-            for rid in sorted(readers):
-                r = self._ssi.get(rid)
-                if r is None or r is t or r.doomed:
-                    continue
-                if r.commit_seq is None or r.commit_seq > snap:
-                    self._flag(r, t, t)
-        if live and self._pred_holders:
-            for r in list(self._pred_holders.values()):
-                if r is t or r.doomed or (r.commit_seq is not None and r.commit_seq <= snap):
-                    continue
-                if t.id not in r.out_conf and any(p(key, value) for p in r.preds):
-                    self._flag(r, t, t)
-
-    def _flag(self, r: _Txn, w: _Txn, current: _Txn) -> None:
-        """Add the edge r -rw-> w, first checking PostgreSQL's dangerous structure
-        T_in -rw-> T_pivot -rw-> T_out with T_out committed first (OnConflict_Check...)."""
-        if w.id in r.out_conf or r is w:
-            return
-        ssi = self._ssi
-        cr, cw = r.commit_seq, w.commit_seq
-        failure = False
-        # w is a pivot whose out-conflict t2 committed first (t2 may be r itself: a 2-cycle).
-        for oid in w.out_conf:
-            c2 = ssi[oid].commit_seq
-            if c2 is None:
-                continue
-            if (cr is None or c2 < cr or oid == r.id) and (cw is None or c2 < cw):
-                failure = True
-                break
-        c2 = w.sum_out_min
-        if not failure and c2 is not None and (cr is None or c2 < cr) and (cw is None or c2 < cw):
-            failure = True
-        # r is a pivot: w committed first and some t0 -rw-> r has not committed before w.
-        if not failure and cw is not None:
-            for iid in r.in_conf:
-                t0 = ssi[iid]
-                if t0.doomed:
-                    continue
-                if t0.commit_seq is None or t0 is w or t0.commit_seq > cw:
-                    failure = True
-                    break
-        if failure:
-            if w is current:
-                self._fail(w, _PIVOT_WRITE)
-            if cw is not None:
-                self._fail(r, _PIVOT_READ)
-            w.doomed = True
-        r.out_conf.add(w.id)
-        w.in_conf.add(r.id)
-
-    def _precommit(self, t: _Txn) -> None:
-        """`t` commits first: doom every active pivot n with t as its T_out and an active (or
-        our own) T_in, so that the committing transaction makes progress (as PostgreSQL)."""
-        ssi = self._ssi
-        doom = [
-            n
-            for n in (ssi[nid] for nid in t.in_conf)
-            if n.commit_seq is None
-            and not n.doomed
-            and any(
-                f is t or (f.commit_seq is None and not f.doomed)
-                for f in (ssi[fid] for fid in n.in_conf)
-            )
-        ]
-        # All decided on the state before any of them is doomed: PostgreSQL walks its list
-        # in conflict order and a pivot doomed earlier no longer counts as a T_in later; that
-        # order is an accident of scheduling, and dooming by it would make the outcome depend
-        # on the order of independent steps. Dooming every candidate is the safe superset.
-        for n in doom:
-            n.doomed = True
-
-    def _ssi_forget(self, t: _Txn) -> None:
-        """Drop an aborted transaction (its reads and edges no longer matter)."""
-        ssi = self._ssi
-        for rid in t.in_conf:
-            other = ssi.get(rid)
-            if other is not None:
-                other.out_conf.discard(t.id)
-        for wid in t.out_conf:
-            other = ssi.get(wid)
-            if other is not None:
-                other.in_conf.discard(t.id)
-        self._drop_reads(t)
-        ssi.pop(t.id, None)
-
-    def _drop_reads(self, t: _Txn) -> None:
-        for key in t.sireads:
-            readers = self._siread.get(key)
-            if readers is not None:
-                readers.discard(t.id)
-                if not readers:
-                    del self._siread[key]
-        t.sireads = set()
-        t.preds = []
-        self._pred_holders.pop(t.id, None)
-
-    def _forget_old(self) -> None:
-        """Forget committed transactions that no active or future transaction overlaps.
-
-        An rw edge needs two concurrent transactions, so such a transaction can gain no new
-        edge; only its out-conflicts can still make a kept transaction a pivot, so each kept
-        reader remembers the earliest forgotten out-conflict commit (PostgreSQL's summary)."""
-        horizon = self._seq
-        for a in self._active.values():
-            s = a.snap if a.snap is not None else (a.wait.point if a.wait is not None else None)
-            if s is not None and s < horizon:
-                horizon = s
-        kept = self._kept
-        ssi = self._ssi
-        while kept and (kept[0].commit_seq or 0) <= horizon:
-            t = kept.popleft()
-            seq = t.commit_seq or 0
-            for rid in t.in_conf:
-                other = ssi.get(rid)
-                if other is not None:
-                    other.out_conf.discard(t.id)
-                    if other.sum_out_min is None or seq < other.sum_out_min:
-                        other.sum_out_min = seq
-            for wid in t.out_conf:
-                other = ssi.get(wid)
-                if other is not None:
-                    other.in_conf.discard(t.id)
-            self._drop_reads(t)
-            ssi.pop(t.id, None)
-
-
-def state_digest(pairs: Iterable[tuple[str, str]]) -> str:
-    """sha256 over (key text, value text) pairs in sorted order: one committed state, one hash,
-    whichever store (simulated or PostgreSQL) holds it."""
-    digest = hashlib.sha256()
-    for k, v in sorted(pairs):
-        digest.update(k.encode())
-        digest.update(b"\x00")
-        digest.update(v.encode())
-        digest.update(b"\x01")
-    return digest.hexdigest()
-
-
-def txn_status(txn: int, active: Container[int], finished: Mapping[int, TxnStatus]) -> TxnStatus:
-    """ACTIVE, or how the transaction ended; an id never begun is an error."""
-    if txn in active:
-        return TxnStatus.ACTIVE
-    st = finished.get(txn)
-    if st is None:
-        raise not_active_error(txn, finished)
-    return st
-
-
-def not_active_error(txn: object, finished: Mapping[int, TxnStatus]) -> TransactionError:
-    """The error for a statement on a transaction that is not running, saying why."""
-    st = finished.get(txn) if isinstance(txn, int) else None
-    if st is None:
-        return TransactionError(
-            f"txn: no transaction {txn!r} was begun on this store "
-            "(pass the id that begin() returned)"
-        )
-    return TransactionError(
-        f"txn: transaction {txn} already {st.value}; begin() a new transaction to continue"
-    )
-
-
-def _by_key(item: tuple[Key, Any]) -> str:
-    return repr(item[0])
-
-
-def _visible_index(vs: list[Version] | None, snap: int) -> int:
-    """Index of the newest version committed at or before `snap`, or -1."""
-    if not vs:
-        return -1
-    i = len(vs) - 1
-    while i >= 0 and vs[i].commit_seq > snap:
-        i -= 1
-    return i

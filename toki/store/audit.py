@@ -17,7 +17,8 @@ from toki.errors import IntegrityError, StoreError
 from toki.log import Event
 from toki.projection import reconcile
 from toki.replay import replay
-from toki.store.base import ALL_SEQS, EventStore, open_store, sqlite_path
+from toki.store.base import ALL_SEQS, EventStore, sqlite_path
+from toki.store.open import open_store
 
 __all__ = [
     "consumption_problem",

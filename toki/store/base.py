@@ -25,7 +25,6 @@ __all__ = [
     "Plan",
     "Steps",
     "drive",
-    "open_store",
     "sqlite_path",
     "transact_steps",
 ]
@@ -154,28 +153,6 @@ def drive(steps: Steps[T]) -> T:
         f"store: this write's store runs its statements as simulator steps ({step!r} was "
         "the first): drive it from an agent with `yield from memory.write_steps(...)` "
         "(toki.store.sim), not with memory.write(...)"
-    )
-
-
-def open_store(url: str) -> EventStore:
-    """'memory://', 'sqlite:///path.db' or 'postgresql://…' → a backend."""
-    if url in ("memory://", "memory", ":memory:"):
-        from toki.store.memory import InMemoryStore
-
-        return InMemoryStore()
-    if url.startswith("sqlite://"):
-        from toki.store.sqlite import SQLiteStore
-
-        return SQLiteStore(sqlite_path(url))
-    if url.startswith(("postgresql://", "postgres://")):
-        try:
-            from toki.store.postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
-        except ImportError as exc:  # pragma: no cover - until the backend lands
-            raise StoreError(f"url: the PostgreSQL backend is not available ({exc})") from exc
-        store: EventStore = PostgresStore(url)
-        return store
-    raise StoreError(
-        f"url: cannot open {url!r} (use 'memory://', 'sqlite:///path.db' or 'postgresql://…')"
     )
 
 

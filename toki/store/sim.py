@@ -1,5 +1,5 @@
 """An event store on the simulator's `SimStore`, so that the scheduler interleaves the library's
-own write path (`Memory.write_steps` → `WritePath` → `Partition` → the operator).
+own write path (`Memory.write_steps` → `Partition` → `write.plan_write` → the operator).
 
 The transaction shell is PostgreSQL's (`toki/store/postgres.py`), one SimStore statement per
 scheduler step, and the plan in the middle is the library's, unchanged:
@@ -48,6 +48,7 @@ from toki.errors import StoreError, WriteConflict
 from toki.isolation import Isolation
 from toki.log import Event, EventKind, event_from_record, event_to_record
 from toki.model import FactKey
+from toki.plan import POLICY_SUBJECT
 from toki.replay import KeySummary
 from toki.sim.program import Abort, Begin, Commit, Local, Select, UpdateWhere, Write
 from toki.store.base import Plan, Steps
@@ -58,7 +59,6 @@ HEAD: Final = "toki:head"
 LOG: Final = "toki:events"
 PROJ: Final = "toki:proj"
 MAX_RETRIES: Final = 8
-POLICY_SUBJECT: Final = "__toki_policy__"  # toki.memory_base.POLICY_SUBJECT (no import cycle)
 
 KeyRow = tuple[str, str, str, str, str]
 

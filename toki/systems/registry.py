@@ -24,6 +24,8 @@ from toki.systems.zep import ZepCEModel
 __all__ = ["LIBRARY", "SYSTEMS", "get_system", "register"]
 
 SYSTEMS: dict[str, Callable[[], SystemModel]] = {
+    # TOKI's rows: the model of its write path (toki/systems/toki_model.py) until the committed
+    # matrix is regenerated with the library's rows (toki-lib-*; docs/architecture.md)
     "toki": lambda: TokiModel("EWM"),  # the full configuration: EWM + keyed log at SI
     "toki-lww": lambda: TokiModel("LWW"),
     "toki-ewm": lambda: TokiModel("EWM"),

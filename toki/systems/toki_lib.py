@@ -4,15 +4,17 @@ Each agent opens a `Memory` over a `SimEventStore` (toki/store/sim.py) at the pr
 isolation level and writes its inbox with `yield from memory.write_steps(claim, operator)`:
 the partition read, the judge, the conditional head update, the event and projection rows
 and the commit are scheduler steps, and the decision between them is the library's code
-(WritePath, Partition, the operator). Nothing here re-implements the write path; this module
-only translates workloads into `Claim`s and finished runs into what the checkers ask:
+(toki/write.py's planner over the partition, the operator). Nothing here re-implements the
+write path; this module only translates workloads into `Claim`s and finished runs into what
+the checkers ask:
 
-- beliefs: `Memory.current` of each key over the run's committed events (a value, or the
-  contradicting values a reader is served), plus the claim values on record;
+- beliefs: `Db.current` of each key over the replay of the run's committed events (a value,
+  or the contradicting values a reader is served), plus the claim values on record;
 - recovery: reopen the committed state (the chain check and the projection reconcile a
   `Memory` runs on open) and re-adjudicate every logged claim with the given judge, the
-  keyed judge log answering the questions it holds (`Memory.readjudicate`);
-- recoverable: every version value `Memory.history` still has.
+  keyed judge log answering the questions it holds (`toki.scratch.rejudge`, what
+  `Memory.readjudicate` runs);
+- recoverable: every version value `Db.history` still has.
 
 Rows `toki-lib-<op>` run each operator at its declared level by default; `--isolation`
 (the program's level) runs it elsewhere, and a level below the operator's precondition is
@@ -29,11 +31,14 @@ from typing import Any, ClassVar
 
 from toki.algebra import OPERATORS
 from toki.algebra.rule import Policy
+from toki.db import Db
 from toki.errors import InvalidInput, TokiError, WriteConflict
 from toki.isolation import Isolation, dominates
 from toki.judge import JudgeQuestion, Verdict
 from toki.memory import POLICY_SUBJECT, Memory
 from toki.model import Claim, FactKey
+from toki.scratch import rejudge
+from toki.shadow import serving_db
 from toki.sim.program import Agent
 from toki.sim.workload import SimClaim, Workload
 from toki.store.sim import SimEventStore, initial_rows
@@ -121,7 +126,7 @@ class TokiLibrary(SystemModel):
     title: ClassVar[str] = "TOKI (library)"
     release: ClassVar[str] = "toki (this repository): Memory.write through toki.store.sim"
     sources: ClassVar[tuple[str, ...]] = (
-        "toki/write.py: WritePath.write_steps (the write path itself, not a model of it)",
+        "toki/write.py: plan_write, run by Memory.write_steps (the write path itself)",
         "toki/store/sim.py: the transaction shell of toki/store/postgres.py as SimStore steps",
     )
 
@@ -132,7 +137,9 @@ class TokiLibrary(SystemModel):
         keyed_log: bool = True,
         judge: bool | None = None,
         head_check: bool = True,
+        prefix: str = "toki-lib",
     ) -> None:
+        """prefix: the row names' stem (`toki-lib-ewm`; the matrix's `toki` rows: `toki`)."""
         if operator not in OPERATORS:
             raise InvalidInput(
                 "operator", f"unknown operator {operator!r}", f"use one of {sorted(OPERATORS)}"
@@ -143,7 +150,7 @@ class TokiLibrary(SystemModel):
         self.head_check = head_check
         self.isolation_level: Isolation = OPERATORS[operator].requires
         suffix = ("" if keyed_log else "-nolog") + ("" if head_check else "-nohead")
-        self.model_name = f"toki-lib-{operator.lower()}{suffix}"
+        self.model_name = f"{prefix}-{operator.lower()}{suffix}"
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -200,14 +207,15 @@ class TokiLibrary(SystemModel):
 
     # -- what the checkers ask ------------------------------------------------------------
 
-    def _events(self, state: Mapping[Hashable, Any]) -> Memory:
+    def _db(self, state: Mapping[Hashable, Any]) -> Db:
+        """The committed events of a run, replayed: the library's own fold, as a value."""
         store = SimEventStore.of_state(state, self.isolation_level)
-        return Memory.replay(store.load(0), clock=_clock)
+        return serving_db(store.load(0), READ_AT)
 
     def beliefs(self, state: Mapping[Hashable, Any], keys: Iterable[str]) -> Beliefs:
         keys = list(keys)
         try:
-            return beliefs_of(self._events(state), keys)
+            return beliefs_of(self._db(state), keys)
         except (KeyError, TokiError) as exc:  # a log the library cannot replay (below)
             return _unreadable(keys, exc)
 
@@ -218,21 +226,24 @@ class TokiLibrary(SystemModel):
         try:  # the library's reopen (chain check, replay, projection reconcile), then
             # re-adjudication of every logged claim
             reopened = Memory(SimEventStore.of_state(state, self.isolation_level), clock=_clock)
-            fresh = reopened.readjudicate(
+            fresh = rejudge(
+                reopened.events(),
+                {},
                 OPERATORS[self.operator],
                 judge=SimJudgeAsJudge(judge) if self.uses_judge else None,
                 use_keyed_log=self.keyed_log,
+                level=reopened.isolation,
             )
         except (KeyError, TokiError) as exc:
             return _unreadable(keys, exc, "recovery_failed")
-        return beliefs_of(fresh, keys)
+        return beliefs_of(fresh.db(READ_AT), keys)
 
     def recoverable(self, state: Mapping[Hashable, Any], key: str) -> set[str]:
         try:
-            memory = self._events(state)
+            db = self._db(state)
         except (KeyError, TokiError):
             return set()  # nothing can be read back from a log that does not replay
-        return {str(h.version.value) for h in memory.history(fact_key(key))}
+        return {str(h.version.value) for h in db.history(fact_key(key))}
 
 
 def _unreadable(keys: Iterable[str], exc: BaseException, field: str = "unreadable") -> Beliefs:
@@ -243,19 +254,20 @@ def _unreadable(keys: Iterable[str], exc: BaseException, field: str = "unreadabl
     return {k: {"value": None, "live": [], field: why} for k in keys}
 
 
-def beliefs_of(memory: Memory, keys: Iterable[str]) -> Beliefs:
+def beliefs_of(state: Db | Memory, keys: Iterable[str]) -> Beliefs:
     """Per workload key: what a reader is served now (`belief_entry`: the value, or the
     contradicting values) and the claim values on record (a lost claim shows)."""
+    db = state.db() if isinstance(state, Memory) else state
     out: Beliefs = {}
     for k in keys:
         fk = fact_key(k)
-        res = memory.current(fk)
+        res = db.current(fk)
         if res.kind == "value":
             served = [str(res.value)]
         else:
-            served = [str(memory.version(v).value) for v in res.version_ids]
+            served = [str(db.version(v).value) for v in res.version_ids]
         claims = sorted(
-            str(h.version.value) for h in memory.history(fk) if h.version.supersedes is None
+            str(h.version.value) for h in db.history(fk) if h.version.supersedes is None
         )
         out[k] = belief_entry(served, kind=res.kind, claims=claims)
     return out

@@ -23,11 +23,21 @@ ready to run: every task is parked at a gate point or waiting for another task);
 then releases one (agent, task) and waits for quiescence again. Tasks are numbered in the
 order the agent's loop created them (a task factory), so task numbers are a function of the
 schedule too.
+
+Threads of an asynchronous agent are units too: the agent's loop has a default executor of
+its own (`_UnitExecutor`), so `asyncio.to_thread` and `loop.run_in_executor(None, ...)` run
+their function in a thread that carries the agent in its context: a `run_in_executor`
+thread takes the next unit number (tasks and threads share one counter); a `to_thread`
+thread runs in the context of the task that awaits it, so it is that task's unit. A gate
+point in such a thread parks it like a task. The agent counts as parked only when no
+thread of it is running (`_busy`): a released thread runs until it parks again or its
+function returns (and the loop has taken the result), so one unit still runs at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import threading
@@ -54,7 +64,7 @@ class GateTimeout(RuntimeError):
 class _Slot:
     """One parked call: a thread waiting on `event`, or a coroutine awaiting `future`."""
 
-    __slots__ = ("abandon", "event", "future", "loop", "point", "reply")
+    __slots__ = ("abandon", "event", "fail", "future", "loop", "point", "reply")
 
     def __init__(
         self,
@@ -68,9 +78,12 @@ class _Slot:
         self.future = future
         self.reply: Any = None
         self.abandon = False
+        self.fail: BaseException | None = None
 
-    def wake(self, reply: Any = None, abandon: bool = False) -> None:
-        self.reply, self.abandon = reply, abandon
+    def wake(
+        self, reply: Any = None, abandon: bool = False, fail: BaseException | None = None
+    ) -> None:
+        self.reply, self.abandon, self.fail = reply, abandon, fail
         if self.future is None or self.loop is None:
             self.event.set()
             return
@@ -81,6 +94,8 @@ class _Slot:
                 return
             if abandon:
                 future.set_exception(Abandoned())
+            elif fail is not None:
+                future.set_exception(fail)
             else:
                 future.set_result(reply)
 
@@ -106,6 +121,9 @@ class Controller:
         self._quiet: set[int] = set()  # async agents whose loop has nothing ready to run
         self._async: set[int] = set()
         self._watching: set[int] = set()  # async agents with a quiescence check pending
+        self._loops: dict[int, asyncio.AbstractEventLoop] = {}  # async agent -> its loop
+        self._busy: dict[int, int] = {}  # async agent -> its threads running (not parked)
+        self._units: dict[int, int] = {}  # async agent -> units (tasks, threads) created
         self._done: dict[int, Any] = {}
         self._threads: list[threading.Thread] = []
         self._dead: list[_Slot] = []
@@ -143,13 +161,23 @@ class Controller:
             "reads": sorted([list(r) for r in reads], key=repr),
             "writes": sorted([list(w) for w in writes], key=repr),
         }
-        slot = _Slot(point)
+        unit = _TASK.get()
+        loop = self._loops.get(agent)  # set: a thread of an async agent (a unit of its own)
+        if loop is not None:
+            point["task"] = unit
+        slot = _Slot(point, loop)
         with self._cond:
-            self._slots.setdefault(agent, {})[0] = slot
+            self._slots.setdefault(agent, {})[unit] = slot
+            if loop is not None:
+                self._busy[agent] = self._busy.get(agent, 0) - 1
             self._cond.notify_all()
+        if loop is not None:
+            self._watch_from_host(agent, loop)
         slot.event.wait()
         if slot.abandon or _GENERATION.get() != self._generation:
             raise Abandoned()
+        if slot.fail is not None:
+            raise slot.fail  # an injected fault: the boundary call fails instead of running
         return slot.reply
 
     async def agate(
@@ -204,6 +232,8 @@ class Controller:
                 loop.call_soon(check)
                 return
             self._watching.discard(agent)
+            if self._busy.get(agent):
+                return  # a thread of the agent runs: it re-checks when it parks or returns
             with self._cond:
                 self._quiet.add(agent)
                 self._cond.notify_all()
@@ -233,7 +263,7 @@ class Controller:
             CURRENT.set(agent)
             _GENERATION.set(generation)
             try:
-                outcome = _run_loop(agent, body) if is_async else body()
+                outcome = self._run_loop(agent, body) if is_async else body()
                 result: Any = {"state": "done", "outcome": outcome}
             except Abandoned:
                 return
@@ -250,9 +280,17 @@ class Controller:
         thread.start()
         return self._wait(agent)
 
-    def release(self, agent: int, reply: Any = None, task: int | None = None) -> dict[str, Any]:
+    def release(
+        self,
+        agent: int,
+        reply: Any = None,
+        task: int | None = None,
+        fail: BaseException | None = None,
+    ) -> dict[str, Any]:
         """Let agent `agent` run the call it (its task `task`, default: its oldest parked
-        task) is parked at; returns at its next gate or end."""
+        task) is parked at; returns at its next gate or end. With `fail`, the call is not
+        made: `fail` is raised at the gate point instead (an injected fault: the store call
+        failed), and the library handles it as it would the real failure."""
         with self._cond:
             parked = self._slots.get(agent) or {}
             if task is None and parked:
@@ -263,8 +301,12 @@ class Controller:
             if not parked:
                 self._slots.pop(agent, None)
             self._quiet.discard(agent)
-        self.executed.append(slot.point)
-        slot.wake(reply)
+        failed = {} if fail is None else {"failed": f"{type(fail).__name__}: {fail}"}
+        self.executed.append({**slot.point, **failed})
+        if slot.loop is not None and slot.future is None:  # a thread unit: it runs now
+            with self._cond:
+                self._busy[agent] = self._busy.get(agent, 0) + 1
+        slot.wake(reply, fail=fail)
         if slot.loop is not None:
             self._watch_from_host(agent, slot.loop)
         return self._wait(agent)
@@ -301,6 +343,22 @@ class Controller:
                 )
         return True
 
+    def kill(self) -> list[int]:
+        """The process dies: every agent is abandoned where it is parked (none runs again);
+        returns the agents that were still running."""
+        with self._cond:
+            agents = sorted(self._slots)
+        for agent in agents:
+            self.crash(agent)
+        return agents
+
+    def restart(self) -> None:
+        """A fresh process after a death: discard the agents (as `reset`), but the clock and
+        the id streams go on (a restarted service neither rewinds time nor re-draws ids)."""
+        ticks, ids, seed = self.clock_ticks, dict(self.ids), self.seed
+        self.reset(seed)
+        self.clock_ticks, self.ids = ticks, ids
+
     def reset(self, seed: int) -> None:
         """Discard the run: wake every parked or abandoned thread with `Abandoned`, join them,
         and start counting clock ticks and ids afresh."""
@@ -312,6 +370,9 @@ class Controller:
             self._quiet.clear()
             self._async.clear()
             self._watching.clear()
+            self._loops.clear()
+            self._busy.clear()
+            self._units.clear()
             self._done.clear()
             self._dead = []
             self._unwinding.clear()
@@ -345,30 +406,81 @@ class Controller:
                 "parked": [slot.point for _, slot in parked],
             }
 
+    def _next_unit(self, agent: int) -> int:
+        """The next unit number of an async agent (tasks and threads, by creation)."""
+        with self._cond:
+            self._units[agent] = self._units.get(agent, 0) + 1
+            return self._units[agent]
+
+    def _run_loop(self, agent: int, body: Callable[[], Awaitable[Any]]) -> Any:
+        """Run an async agent's body on a loop of its own whose units carry their creation
+        number (`_TASK`): 0 is the body itself; tasks (a task factory) and executor threads
+        (`_UnitExecutor`) number on from 1."""
+
+        async def main() -> Any:
+            loop = asyncio.get_running_loop()
+            _TASK.set(0)
+
+            def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+                context = kw.pop("context", None) or contextvars.copy_context()
+                context.run(_TASK.set, self._next_unit(agent))
+                return asyncio.Task(coro, loop=loop, context=context, **kw)
+
+            loop.set_task_factory(factory)
+            loop.set_default_executor(_UnitExecutor(self, agent))
+            with self._cond:
+                self._loops[agent] = loop
+            return await body()
+
+        return asyncio.run(main())
+
     def _parked(self, agent: int) -> bool:
         if agent in self._done:
             return True
         if agent in self._async:
-            return agent in self._quiet and bool(self._slots.get(agent))
+            return (
+                agent in self._quiet and bool(self._slots.get(agent)) and not self._busy.get(agent)
+            )
         return agent in self._slots
 
 
-def _run_loop(agent: int, body: Callable[[], Awaitable[Any]]) -> Any:
-    """Run an async agent's body on a loop of its own whose tasks carry their creation
-    number (`toki_task`): 0 is the body itself."""
+class _UnitExecutor(concurrent.futures.ThreadPoolExecutor):
+    """An async agent's default executor: each submitted function runs in a thread of its
+    own that is a unit of the agent (the next unit number, the agent in its context), and
+    the agent counts as busy from the submission until the function has returned and its
+    result is on the loop's ready queue."""
 
-    async def main() -> Any:
-        loop = asyncio.get_running_loop()
-        counter = [0]
-        _TASK.set(0)
+    def __init__(self, controller: Controller, agent: int) -> None:
+        super().__init__(max_workers=1)  # never used: asyncio insists on the class
+        self.controller = controller
+        self.agent = agent
 
-        def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
-            counter[0] += 1
-            context = kw.pop("context", None) or contextvars.copy_context()
-            context.run(_TASK.set, counter[0])
-            return asyncio.Task(coro, loop=loop, context=context, **kw)
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kw: Any) -> Any:
+        ctl, agent = self.controller, self.agent
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        context = contextvars.copy_context()
+        context.run(_TASK.set, ctl._next_unit(agent))
+        loop = ctl._loops.get(agent)
+        with ctl._cond:
+            ctl._busy[agent] = ctl._busy.get(agent, 0) + 1
 
-        loop.set_task_factory(factory)
-        return await body()
+        def run() -> None:
+            try:
+                result = context.run(fn, *args, **kw)
+            except BaseException as exc:  # delivered to the awaiting task
+                future.set_exception(exc)
+            else:
+                future.set_result(result)  # queues the result on the loop (thread-safe)
+            with ctl._cond:
+                ctl._busy[agent] = ctl._busy.get(agent, 0) - 1
+                ctl._cond.notify_all()
+            if loop is not None:
+                ctl._watch_from_host(agent, loop)
 
-    return asyncio.run(main())
+        thread = threading.Thread(target=run, name=f"toki-agent-{agent}-unit", daemon=True)
+        ctl._threads.append(thread)
+        thread.start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        pass  # its threads end with their functions; `Controller.reset` joins them

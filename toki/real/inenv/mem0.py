@@ -89,7 +89,15 @@ def _vector_gates(controller: Controller, cls: Any) -> None:
     """Wrap the FAISS store's methods (class level: the main and any entity collection)."""
 
     def fam(self: Any) -> str:
-        return f"vec:{getattr(self, 'collection_name', '?')}"
+        instance = getattr(self, "_toki_instance", None)  # a process's own copy (deployment)
+        at = "" if instance is None else f"@{instance}"
+        return f"vec:{getattr(self, 'collection_name', '?')}{at}"
+
+    def saves(self: Any) -> list[tuple[str, Any]]:
+        """A write saves the whole index and docstore files: what processes share."""
+        if getattr(self, "_toki_instance", None) is None:
+            return []  # one instance: its files are read only when it starts
+        return [("file", f"faiss:{getattr(self, 'collection_name', '?')}")]
 
     def wrap(name: str, footprint: Any, after: Any = None) -> None:
         original = getattr(cls, name, None)
@@ -99,6 +107,8 @@ def _vector_gates(controller: Controller, cls: Any) -> None:
         @functools.wraps(original)
         def gated(self: Any, *args: Any, **kw: Any) -> Any:
             reads, writes, detail = footprint(self, args, kw)
+            if writes:
+                writes = [*writes, *saves(self)]
             controller.gate("vector", f"vector.{name}", detail, reads, writes)
             out = original(self, *args, **kw)
             if after is not None:
@@ -313,6 +323,8 @@ class Adapter:
         _history_gates(controller, storage.SQLiteManager)
         _inline_pools()
         self.memory: Any = None
+        self.processes = False
+        self.instances: dict[int, Any] = {}
         self.steps: list[dict[str, Any]] = []  # program steps, in the order they returned
         self.bound: dict[str, list[dict[str, Any]]] = {}  # a read's answer, by binding name
         self.run_dir: str | None = None
@@ -363,9 +375,29 @@ class Adapter:
             },
             "history_db_path": os.path.join(self.run_dir, "history.db"),
         }
+        self.cfg = cfg
         self.memory = self.main.Memory.from_config(cfg)
         self.steps = []
         self.bound = {}
+        # deployment "processes": each agent its own instance over the same files, as
+        # separate processes of one service would have (toki/real/deploy.py)
+        self.processes = config.get("deployment") == "processes"
+        self.agents = int(config.get("agents", 1))
+        self.instances = {}
+        if self.processes:
+            self._spawn()
+
+    def _spawn(self) -> None:
+        self.instances = {}
+        for k in range(self.agents):
+            memory = self.main.Memory.from_config(self.cfg)
+            memory.vector_store._toki_instance = k
+            self.instances[k] = memory
+
+    def _read_files(self) -> None:
+        """Deployment "processes": a reader is a fresh process: it loads the files."""
+        if self.processes:
+            self.memory = self.main.Memory.from_config(self.cfg)
 
     def agent_main(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
         if inbox and "op" in inbox[0]:
@@ -375,7 +407,8 @@ class Adapter:
             self.controller.begin_claim(n)
             CLAIM.set(claim)
             try:
-                result = self.memory.add(message(claim), user_id=subject(str(claim["key"])))
+                memory = self.instances.get(agent, self.memory)
+                result = memory.add(message(claim), user_id=subject(str(claim["key"])))
             except Exception as exc:  # an agent logs a failed add and goes on, as apps do
                 out.append([f"error: {type(exc).__name__}: {exc}"])
                 continue
@@ -402,11 +435,13 @@ class Adapter:
 
     def snapshot(self) -> dict[str, Any]:
         """What a reader is served now: every live memory (the shape of `observe`'s)."""
+        self._read_files()
         memories = [m for u in self.users for m in self._all(u)]
         memories.sort(key=lambda m: (str(m["created_at"]), str(m["id"])))
         return {"memories": memories}
 
     def observe(self) -> dict[str, Any]:
+        self._read_files()
         memories = [m for u in self.users for m in self._all(u)]
         conn = self.memory.db.connection
         rows = conn.execute(
@@ -504,7 +539,9 @@ class Adapter:
         return {k: args[k] for k in ("user_id", "agent_id", "run_id") if k in args}
 
     def _call(self, op: str, args: dict[str, Any]) -> Any:
-        m, scope = self.memory, self._scoped(args)
+        agent = self.controller.agent()
+        m: Any = self.memory if agent is None else self.instances.get(agent, self.memory)
+        scope = self._scoped(args)
         if op == "add":
             got = m.add(args["text"], **scope)
             rows = got.get("results", []) if isinstance(got, dict) else got
@@ -638,6 +675,42 @@ class Adapter:
 
     def on_crash(self, agent: int) -> None:
         pass  # an abandoned mem0 call holds nothing another agent needs
+
+    # -- restart hooks (toki/real/faults.py): files, reopen, probes ------------------------
+
+    def durable_files(self) -> list[str]:
+        """The files mem0 writes itself and reads back when it starts (FAISS: the index and
+        its docstore pickle; the history is SQLite, which journals its own writes)."""
+        if self.run_dir is None:
+            return []
+        base = os.path.join(self.run_dir, "faiss", "toki")
+        return [base + ".faiss", base + ".pkl"]
+
+    def reopen(self) -> None:
+        """A fresh instance from the files the dead process left (nothing of the old one is
+        flushed or closed: the process died)."""
+        self.memory = self.main.Memory.from_config(self.cfg)
+        if self.processes:
+            self._spawn()
+
+    def probe(self, text: str, scope: str) -> list[dict[str, Any]]:
+        """What a search for `text` answers (best first): id, text, score."""
+        if self.major >= 2:
+            got = self.memory.search(text, filters={"user_id": scope}, top_k=3)
+        else:
+            got = self.memory.search(text, user_id=scope, limit=3)
+        rows = got.get("results", []) if isinstance(got, dict) else got
+        return [{"id": r.get("id"), "text": r.get("memory"), "score": r.get("score")} for r in rows]
+
+    def integrity(self) -> dict[str, Any]:
+        """The FAISS store's own counts: vectors in the index, ids mapped, payloads."""
+        vs = self.memory.vector_store
+        index = getattr(vs, "index", None)
+        return {
+            "vectors": None if index is None else int(index.ntotal),
+            "mapped": len(getattr(vs, "index_to_id", {}) or {}),
+            "payloads": len(getattr(vs, "docstore", {}) or {}),
+        }
 
     def close(self) -> None:
         if self.memory is not None:

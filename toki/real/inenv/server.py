@@ -9,7 +9,12 @@ attempts the guard refused since the previous response. Operations:
   start {agent, inbox}           -> the agent's state: parked at a point, or done
   step {agent, reply, task?}     -> release the parked call (reply: e.g. the LLM's answer);
                                     for an async agent, of its task `task` (default: oldest)
+  step {..., fail: kind}         -> the call is not made: an injected error is raised there
   crash {agent}                  -> abandon the agent where it is parked
+  kill {tear}                    -> the process dies: every agent abandoned; with tear, the
+                                    last write of a durable file reaches disk only in part
+  reopen                         -> a fresh instance from the library's own files (restart)
+  probe {queries}                -> what the library answers to searches (after a restart)
   observe                        -> the library's state through its own API and records
   recover {config}               -> what the library's own recovery rebuilds (if it has one)
   close                          -> end the worker
@@ -33,7 +38,7 @@ import sys
 import time
 from typing import Any
 
-from . import guard
+from . import faults, guard
 
 PROTOCOL = 1
 
@@ -55,6 +60,12 @@ class Worker:
         module = importlib.import_module(f".{adapter_name}", __package__)
         self.adapter: Any = module.Adapter(self.controller)
         self.timeline: list[Any] = []
+        self.files = faults.FileWatch()
+        self.released_before = 0  # points released before the last restart (timeline index)
+
+    def _durable(self) -> list[str]:
+        files = getattr(self.adapter, "durable_files", None)
+        return list(files()) if files is not None else []
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
@@ -64,11 +75,15 @@ class Worker:
                 "protocol": PROTOCOL,
                 "python": sys.version.split()[0],
                 **self.adapter.describe(),
+                "restartable": hasattr(self.adapter, "reopen"),
+                "is_async": bool(getattr(self.adapter, "is_async", False)),
             }
         if op == "open":
             ctl.reset(int(req.get("seed", 0)))
             self.adapter.open(dict(req.get("config") or {}))
             self.timeline = []
+            self.released_before = 0
+            self.files.reset(self._durable())
             return {}
         if op == "start":
             agent = int(req["agent"])
@@ -81,12 +96,15 @@ class Worker:
         if op == "step":
             agent = int(req["agent"])
             task = req.get("task")
-            state = ctl.release(agent, req.get("reply"), None if task is None else int(task))
+            fail = faults.make_error(str(req["fail"])) if req.get("fail") else None
+            state = ctl.release(
+                agent, req.get("reply"), None if task is None else int(task), fail=fail
+            )
+            self.files.after_step(self._durable())
             point = ctl.executed[-1]
             if _writes_shared(point):
-                self.timeline.append(
-                    {"after": len(ctl.executed) - 1, "view": self.adapter.snapshot()}
-                )
+                after = self.released_before + len(ctl.executed) - 1
+                self.timeline.append({"after": after, "view": self.adapter.snapshot()})
             return state
         if op == "crash":
             agent = int(req["agent"])
@@ -95,6 +113,33 @@ class Worker:
             if crashed:
                 self.adapter.on_crash(agent)
             return {"crashed": crashed}
+        if op == "kill":
+            killed = ctl.kill()
+            torn = None
+            last = self.files.last() if req.get("tear") else None
+            if last is not None:
+                torn = faults.tear(last)
+            return {"killed": killed, "torn": torn}
+        if op == "reopen":
+            self.released_before += len(ctl.executed)
+            ctl.restart()
+            self.adapter.reopen()
+            self.files.reset(self._durable())
+            integrity = getattr(self.adapter, "integrity", None)
+            return {
+                "view": self.adapter.snapshot(),
+                "integrity": integrity() if integrity is not None else None,
+            }
+        if op == "probe":
+            integrity = getattr(self.adapter, "integrity", None)
+            probe = getattr(self.adapter, "probe", None)
+            queries = req.get("queries") or []
+            return {
+                "answers": [probe(str(q["text"]), str(q["scope"])) for q in queries]
+                if probe is not None
+                else [],
+                "integrity": integrity() if integrity is not None else None,
+            }
         if op == "observe":
             return {"observation": self.adapter.observe(), "timeline": self.timeline}
         if op == "recover":

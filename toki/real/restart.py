@@ -1,0 +1,248 @@
+"""Checks of runs with faults beyond a crash (`toki.real.faults`).
+
+After a process death (restart, torn) the library was reopened from its own files, each
+killed client retried what it had not been acknowledged, and the library was asked to
+find each memory it serves (`RealRun.restart`). Those checks, and the one for injected
+failures, are:
+
+* `silent-failure`: a boundary call (store, LLM) was failed by an injected error, the
+  library's API call returned normally (no exception, no error in its result), and the
+  claim left no trace in the library's state (`HostAdapter.recorded`): the application was
+  told nothing went wrong, and its write is gone. A failure the library made good (mem0
+  2.x falls back from `batch_add_history` to one `add_history` per row) is not one. Limit:
+  a claim the judge would have rejected anyway also leaves no trace; the witness's story
+  shows which (the failed point, and what the call returned).
+* `lost-write`: a memory readers were served just before the death is not served after
+  the reopen (what was acknowledged did not survive).
+* `resurrection`: a memory that had been removed before the death is served again after
+  the reopen.
+* `wrong-answer`: after the restart, a search for the exact text of a memory the library
+  serves returns another memory first, or a search for a memory it served before returns
+  another memory at score 1 (the query's own vector, filed under another memory): the
+  index answers for one memory with another (response divergence).
+* `index-after-restart`: the library's own index disagrees with itself after the restart
+  (FAISS: vectors in the index, ids mapped, payloads stored).
+
+N3 on such a run compares everything served, before and after the death, with what the
+library can produce at the end: the restart is one more step of the history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from toki.check.anomalies import Verdict
+from toki.real.adapter import RealSystem
+from toki.real.checks import SERIAL_LIMIT, committed_claims
+from toki.real.driver import DEATHS, RealRun, SerialCache, serial_beliefs, serial_orders
+from toki.sim.workload import Workload
+from toki.systems.base import belief_hash
+
+__all__ = ["FAULT_ANOMALIES", "check_faults", "injected", "n2_acknowledged"]
+
+EXACT = 0.999  # a search score this close to 1 matched the query's own vector
+
+FAULT_ANOMALIES = (
+    "silent-failure",
+    "lost-write",
+    "resurrection",
+    "wrong-answer",
+    "index-after-restart",
+)
+
+
+def _claim_result(outcomes: Sequence[Any], agent: int, claim: int | None) -> Any:
+    """What the library's API call of that claim returned (adapters return one entry per
+    claim), or None when the outcome has another shape."""
+    if claim is None or agent >= len(outcomes):
+        return None
+    out = outcomes[agent]
+    if isinstance(out, tuple | list) and claim < len(out):
+        return out[claim]
+    return None
+
+
+def _is_error(result: Any) -> bool:
+    if isinstance(result, str):
+        return result.startswith("error")
+    if isinstance(result, tuple | list):
+        return any(_is_error(r) for r in result)
+    if isinstance(result, Mapping):
+        return "error" in result
+    return False
+
+
+def silent_failure(system: RealSystem, workload: Workload, rr: RealRun) -> Verdict:
+    injected = [t for t in rr.trace if t.get("fault") == "raise"]
+    if not injected:
+        return Verdict("silent-failure", False, ran=False, details={"abstains": "no injection"})
+    swallowed = []
+    for t in injected:
+        result = _claim_result(rr.outcomes, int(t["agent"]), t.get("claim"))
+        if result is None or _is_error(result):
+            continue
+        swallowed.append(
+            {
+                "agent": t["agent"],
+                "claim": t.get("claim"),
+                "point": t["point"],
+                "error": t.get("error"),
+                "returned": result,
+            }
+        )
+    lost = [
+        t
+        for t in swallowed
+        if not system.host.recorded(rr.observation, workload.inboxes[int(t["agent"])][t["claim"]])
+    ]
+    found = bool(lost)
+    keys = tuple(sorted({str(workload.inboxes[int(t["agent"])][t["claim"]].key) for t in lost}))
+    return Verdict(
+        "silent-failure",
+        found,
+        keys,
+        "a call whose boundary call failed reports it, or its claim is still recorded",
+        lost or None,
+        {"injected": len(injected), "swallowed": swallowed},
+    )
+
+
+def injected(rr: RealRun) -> bool:
+    """The run contains an injected failure (a raise fault that fired at a call)."""
+    return any(t.get("fault") == "raise" for t in rr.trace)
+
+
+def n2_acknowledged(
+    system: RealSystem, workload: Workload, rr: RealRun, serial: SerialCache
+) -> Verdict:
+    """N2 for a run with injected failures: a claim whose call reported its failure (an
+    error in its result) was not acknowledged, so the serial runs leave it out (N2 proper
+    counts every finished claim as committed, which would report each failure as N2)."""
+    sequences = [  # committed claims are a prefix of the inbox: position n is claim n
+        [c for n, c in enumerate(seq) if not _is_error(_claim_result(rr.outcomes, i, n))]
+        for i, seq in enumerate(committed_claims(system, workload, rr))
+    ]
+    orders = serial_orders(sequences, SERIAL_LIMIT)
+    if orders is None:
+        return Verdict("N2", False, ran=False, details={"undecided": "too many serial orders"})
+    live = system.host.beliefs(rr.observation, workload.keys)
+    found = belief_hash(live) not in serial_beliefs(serial, orders)
+    keys = tuple(sorted({str(c.key) for s in sequences for c in s})) if found else ()
+    return Verdict(
+        "N2",
+        found,
+        keys,
+        "the beliefs of a serial run of the real code over the acknowledged claims",
+        live if found else None,
+        {"serial_orders": len(orders), "acknowledged": [len(s) for s in sequences]},
+    )
+
+
+def _ids(view: Any) -> dict[str, str]:
+    """id -> text of the memories a snapshot serves."""
+    out = {}
+    for m in (view or {}).get("memories", ()) if isinstance(view, Mapping) else ():
+        if isinstance(m, Mapping) and m.get("id") is not None:
+            out[str(m["id"])] = str(m.get("text"))
+    return out
+
+
+def _death(rr: RealRun) -> Mapping[str, Any] | None:
+    return next((t for t in rr.trace if t.get("fault") in DEATHS), None)
+
+
+def restart_checks(rr: RealRun) -> dict[str, Verdict]:
+    """The four restart checks (not run: abstain, when the run had no death)."""
+    restart = rr.restart
+    death = _death(rr)
+    if restart is None or death is None:
+        return {
+            name: Verdict(name, False, ran=False, details={"abstains": "no process death"})
+            for name in FAULT_ANOMALIES[1:]
+        }
+    cut = rr.trace.index(death)
+    before: Any = None  # the last view served before the death
+    for entry in rr.timeline:
+        if int(entry.get("after", -1)) < _executed_before(rr.trace, cut):
+            before = entry.get("view")
+    earlier = {
+        i: t
+        for entry in rr.timeline
+        if int(entry.get("after", -1)) < _executed_before(rr.trace, cut)
+        for i, t in _ids(entry.get("view")).items()
+    }
+    served = _ids(before)
+    reopened = _ids(restart.get("reopened"))
+    torn = death.get("torn")
+    why = {"death": death.get("fault"), "torn": torn}
+    lost = {i: t for i, t in served.items() if i not in reopened}
+    back = {i: t for i, t in reopened.items() if i in earlier and i not in served}
+    live = set(_ids(rr.observation).values())
+    wrong = []
+    for probe in restart.get("probes") or ():
+        answers = probe.get("answers") or []
+        text = probe["query"]["text"]
+        if not answers or answers[0].get("text") == text:
+            continue
+        score = answers[0].get("score")
+        exact = isinstance(score, int | float) and score >= EXACT
+        if text in live or exact:
+            wrong.append({"query": text, "first": answers[0]})
+    integrity = restart.get("integrity") or {}
+    counts = {k: v for k, v in integrity.items() if isinstance(v, int)}
+    diverged = len(set(counts.values())) > 1
+    return {
+        "lost-write": Verdict(
+            "lost-write",
+            bool(lost),
+            (),
+            "every memory served before the death is served after the reopen",
+            lost or None,
+            {**why, "served_before": served, "reopened": reopened},
+        ),
+        "resurrection": Verdict(
+            "resurrection",
+            bool(back),
+            (),
+            "no memory removed before the death is served after the reopen",
+            back or None,
+            why,
+        ),
+        "wrong-answer": Verdict(
+            "wrong-answer",
+            bool(wrong),
+            (),
+            "a search for a memory's exact text finds that memory first",
+            wrong or None,
+            {**why, "probes": len(restart.get("probes") or ())},
+        ),
+        "index-after-restart": Verdict(
+            "index-after-restart",
+            diverged,
+            (),
+            "the library's index agrees with itself",
+            integrity if diverged else None,
+            {**why, "integrity": integrity, "reopened": restart.get("integrity_reopened")},
+            ran=bool(counts),
+        ),
+    }
+
+
+def _executed_before(trace: Sequence[Mapping[str, Any]], cut: int) -> int:
+    """How many released gate points precede trace entry `cut` (timeline entries count
+    released points: `after` is the index of the point a snapshot follows)."""
+    return sum(1 for t in trace[:cut] if "agent" in t and "crash" not in t)
+
+
+def check_faults(
+    system: RealSystem,
+    workload: Workload,
+    rr: RealRun,
+    anomalies: Sequence[str] = FAULT_ANOMALIES,
+) -> dict[str, Verdict]:
+    out = {"silent-failure": silent_failure(system, workload, rr), **restart_checks(rr)}
+    unknown = set(anomalies) - set(out)
+    if unknown:
+        raise ValueError(f"anomaly: unknown fault anomaly {sorted(unknown)}")
+    return {name: out[name] for name in anomalies}
