@@ -37,8 +37,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("toki.memory", "toki.relay", "toki.sim.relay", "toki", "toki.cli_input", "toki.cli_output"),
     # 6 checkers, models of systems, proofs' vocabulary
     ("toki.history", "toki.check", "toki.systems", "toki.formal"),
-    # 7 experiments, real libraries, LoCoMo
-    ("toki.experiments", "toki.real", "toki.locomo"),
+    # 7 experiments, real libraries, LoCoMo, the pages of `toki show`
+    ("toki.experiments", "toki.real", "toki.locomo", "toki.show"),
     # 8 the command line
     ("toki.cli", "toki.demo"),
 )
