@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ENC = "toki/formal/encoding.py"
 DSG = "toki/formal/dsg.py"
 SERIAL = "toki/formal/serial.py"
+TERMS = "toki/formal/terms.py"
 RESULTS = ROOT / "proofs" / "mutants.json"
 BOUNDED = (
     "isolation_lww",
@@ -211,7 +212,7 @@ MUTANTS: tuple[EncodingMutant, ...] = (
         "ties-win",
         "an equal rank counts as higher (lex_gt of equals is true)",
         (
-            ENC,
+            TERMS,
             "    if not a:\n        return z3.BoolVal(False)",
             "    if not a:\n        return z3.BoolVal(True)",
         ),
