@@ -149,7 +149,7 @@ def test_mem0_torn_docstore_then_reopen_answers_bob_with_carol(mem0_1: Session) 
     assert answer["first"]["score"] > 0.999
     assert verdicts["lost-write"].found  # Bob was served before the death, not after
     assert verdicts["index-after-restart"].observed == {"vectors": 2, "mapped": 1, "payloads": 1}
-    assert not verdicts["resurrection"].found
+    assert not verdicts["resurrection-after-restart"].found
     again = _torn_run(mem0_1)
     assert again.digest == rr.digest  # same schedule, byte-identical record
     assert mem0_1.call("hello")["network"] == []  # the guard refused nothing, restart included

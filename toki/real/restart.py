@@ -14,8 +14,8 @@ failures, are:
   shows which (the failed point, and what the call returned).
 * `lost-write`: a memory readers were served just before the death is not served after
   the reopen (what was acknowledged did not survive).
-* `resurrection`: a memory that had been removed before the death is served again after
-  the reopen.
+* `resurrection-after-restart`: a memory that had been removed before the death is served
+  again after the reopen (`resurrection` is the derived-state check of toki/real/derived.py).
 * `wrong-answer`: after the restart, a search for the exact text of a memory the library
   serves returns another memory first, or a search for a memory it served before returns
   another memory at score 1 (the query's own vector, filed under another memory): the
@@ -46,7 +46,7 @@ EXACT = 0.999  # a search score this close to 1 matched the query's own vector
 FAULT_ANOMALIES = (
     "silent-failure",
     "lost-write",
-    "resurrection",
+    "resurrection-after-restart",
     "wrong-answer",
     "index-after-restart",
 )
@@ -201,8 +201,8 @@ def restart_checks(rr: RealRun) -> dict[str, Verdict]:
             lost or None,
             {**why, "served_before": served, "reopened": reopened},
         ),
-        "resurrection": Verdict(
-            "resurrection",
+        "resurrection-after-restart": Verdict(
+            "resurrection-after-restart",
             bool(back),
             (),
             "no memory removed before the death is served after the reopen",

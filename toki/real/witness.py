@@ -313,7 +313,8 @@ _FAULT_MORALS = {
     "normally: the application cannot tell the write did not happen",
     "lost-write": "a memory readers were served before the process died is not served after "
     "the library reopened its own files",
-    "resurrection": "a memory removed before the process died is served again after the reopen",
+    "resurrection-after-restart": "a memory removed before the process died is served again "
+    "after the reopen",
     "wrong-answer": "after the reopen, a search for a memory's exact text answers another memory",
     "index-after-restart": "after the reopen, the library's index disagrees with itself",
 }
