@@ -701,6 +701,8 @@ class Memory:
         (the procedure of systems that log inputs, not decisions). With the keyed log, each
         judge question is answered from the DECISION events; without it, the judge is asked
         again, and a stochastic judge may decide differently (N1)."""
+        if operator is not None and not isinstance(operator, Operator):
+            raise InvalidInput("operator", f"{operator!r} is not an Operator")
         scratch = rejudge(
             self._log,
             self._operators,
