@@ -491,7 +491,7 @@ def test_table_has_a_header_and_aligned_columns() -> None:
     [
         ("langgraph-store", "manager", "N3"),
         ("toki", "manager", None),
-        ("mem0-2.0.18", "manager", None),
+        ("mem0-2.x", "manager", None),
     ],
 )
 def test_explore_history_out_round_trips_through_toki_check(

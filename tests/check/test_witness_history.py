@@ -173,7 +173,7 @@ def test_explore_cli_json_counts_anomalies(
         [
             "explore",
             "--system",
-            "toki-lib-ewm-nohead",
+            "toki-lib-ewm-nohead",  # "toki-ewm" is the library since issue #38: no anomaly
             "--workload",
             "evidence-race",
             "--isolation",

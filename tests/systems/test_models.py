@@ -64,7 +64,7 @@ def test_mem0_add_only_history_names_no_replaced_bob_and_bob_stays() -> None:
     no old_memory, no link from Carol's memory to Bob's), yet Bob's point is still live — so
     the N3 checker (value unrecoverable) does not fire. The TOKI paper reports N3 here; the
     model, like the notes' matrix ('AE low'), does not reproduce it."""
-    system = get_system("mem0-2.0.18")
+    system = get_system("mem0-2.x")
     state = serial_state(system, SEQUENTIAL, NEVER)  # plain facts, no transition text
     history = [v for k, v in state.items() if k[0] == "hist"]
     assert [h["event"] for h in history] == ["ADD", "ADD"]
@@ -77,7 +77,7 @@ def test_mem0_add_only_history_names_no_replaced_bob_and_bob_stays() -> None:
 
 
 def test_mem0_add_only_transition_supersedes_for_readers_but_keeps_bob() -> None:
-    system = get_system("mem0-2.0.18")
+    system = get_system("mem0-2.x")
     state = serial_state(system, SEQUENTIAL, ALWAYS)  # the LLM phrases a transition
     beliefs = system.beliefs(state, SEQUENTIAL.keys)["alice:manager"]
     assert beliefs["value"] == "Carol" and beliefs["stored"] == ["Bob", "Carol"]
@@ -107,7 +107,7 @@ def test_mem0_judge_history_is_listed_by_change_time_not_write_order() -> None:
 def test_mem0_add_only_dedup_race_duplicates() -> None:
     """Two concurrent deliveries of one fact both pass md5 dedup against their stale Phase-1
     snapshots (#6515): a permanent duplicate, which no serial order gives (N2)."""
-    system = get_system("mem0-2.0.18")
+    system = get_system("mem0-2.x")
     retry = Workload("retry", ((BERLIN,), (BERLIN,)))
     runs, hits, _ = found(system, retry, NEVER, NEVER, budget=60)
     assert 0 < hits["N2"] < runs and hits["N1"] == 0
@@ -293,7 +293,7 @@ def test_memoryos_deque_erases_serially_once_the_capacity_is_crossed() -> None:
     assert not check_run(system, below, run, ALWAYS, ALWAYS, ("N3",))["N3"].found
 
 
-@pytest.mark.parametrize(("name", "limit"), [("mem0-1.0.11", 5), ("mem0-2.0.18", 10)])
+@pytest.mark.parametrize(("name", "limit"), [("mem0-1.0.11", 5), ("mem0-2.x", 10)])
 def test_mem0_search_returns_at_most_top_k(name: str, limit: int) -> None:
     """The judge (or the dedup) sees at most top_k of a key's memories."""
     from toki.sim.engine import Execution

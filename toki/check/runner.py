@@ -234,7 +234,7 @@ def check_history_file(
     """What `toki check FILE` reports: each check's result, or why it could not run, and
     ``valid?`` (False when any check found an anomaly; the Adya part is judged against
     ``models`` as Elle would)."""
-    from toki.systems.registry import SYSTEMS, get_system
+    from toki.systems.registry import MODELS, SYSTEMS, get_system
 
     out: dict[str, Any] = {"checks": {}, "could_not_run": {}}
     if history.ops:
@@ -250,7 +250,8 @@ def check_history_file(
     out["valid?"] = _valid(out)
     header = history.header
     name = header.get("system")
-    if name in SYSTEMS and header.get("workload") and header.get("schedule") is not None:
+    known = name in SYSTEMS or name in MODELS  # MODELS: histories of the retired TOKI model
+    if known and header.get("workload") and header.get("schedule") is not None:
         from toki.check.witness import replay_witness
 
         system = get_system(str(name))

@@ -111,7 +111,7 @@ SYSTEMS: dict[str, RealSystem] = {
         host=Mem0Host(2),
         lock="mem0-2.2.1.txt",
         env=_MEM0_ENV,
-        model="mem0-2.0.18",
+        model="mem0-2.x",
         intercepted=_MEM0_GATES,
         simplified=(
             "the extraction LLM answers from the workload's judge with the model's question "

@@ -2,7 +2,7 @@
 
 - `Mem0Judge` ("mem0-1.0.11"): the ADD/UPDATE/DELETE/NONE LLM-judge pipeline of releases up to
   v1.0.11, read at 9d6b79a1 (after v1.0.11, before a488e190 reached v2.0.0).
-- `Mem0AddOnly` ("mem0-2.0.18"): the add-only "V3 PHASED BATCH PIPELINE" introduced by
+- `Mem0AddOnly` ("mem0-2.x"): the add-only "V3 PHASED BATCH PIPELINE" introduced by
   a488e190 (#4805, 2026-04-14), first released in v2.0.0, read at HEAD 8d5b7865 (v2.0.18+).
 
 Both from ../shared/research/systems.md §1. Rows (SimStore keys):
@@ -234,7 +234,7 @@ class Mem0AddOnly(_Mem0Base):
     against the Phase-1 snapshot; Phase 6 batch insert (new uuid4s) and ADD history rows.
     `add()` never calls `_update_memory`/`_delete_memory`: contradictions coexist."""
 
-    name: ClassVar[str] = "mem0-2.0.18"
+    name: ClassVar[str] = "mem0-2.x"
     version: ClassVar[str] = "8d5b7865"
     records: ClassVar[Records] = Records(inputs=False, decisions=True)
     capacities: ClassVar[Mapping[str, int]] = {"search top_k": 10}

@@ -21,20 +21,19 @@ from toki.systems.toki_model import TokiModel
 from toki.systems.worlddb import WorldDBModel
 from toki.systems.zep import ZepCEModel
 
-__all__ = ["LIBRARY", "SYSTEMS", "get_system", "register"]
+__all__ = ["LIBRARY", "MODELS", "SYSTEMS", "get_system", "register"]
 
 SYSTEMS: dict[str, Callable[[], SystemModel]] = {
-    # TOKI's rows: the model of its write path (toki/systems/toki_model.py) until the committed
-    # matrix is regenerated with the library's rows (toki-lib-*; docs/architecture.md)
-    "toki": lambda: TokiModel("EWM"),  # the full configuration: EWM + keyed log at SI
-    "toki-lww": lambda: TokiModel("LWW"),
-    "toki-ewm": lambda: TokiModel("EWM"),
-    "toki-await": lambda: TokiModel("AWAIT"),
-    "toki-rule": lambda: TokiModel("RULE"),
-    "toki-ewm-nolog": lambda: TokiModel("EWM", keyed_log=False),
+    # TOKI's rows run the library's own write path (toki/systems/toki_lib.py), one per operator
+    "toki": lambda: TokiLibrary("EWM", prefix="toki"),  # the full configuration: EWM + log
+    "toki-lww": lambda: TokiLibrary("LWW", prefix="toki"),
+    "toki-ewm": lambda: TokiLibrary("EWM", prefix="toki"),
+    "toki-await": lambda: TokiLibrary("AWAIT", prefix="toki"),
+    "toki-rule": lambda: TokiLibrary("RULE", prefix="toki"),
+    "toki-ewm-nolog": lambda: TokiLibrary("EWM", keyed_log=False, prefix="toki"),
     # models of other memory systems (docs/systems.md)
     "mem0-1.0.11": Mem0Judge,
-    "mem0-2.0.18": Mem0AddOnly,
+    "mem0-2.x": Mem0AddOnly,
     "graphiti": GraphitiModel,
     "zep": ZepCEModel,
     "mirix": MirixModel,
@@ -70,8 +69,19 @@ def register(name: str, factory: Callable[[], SystemModel]) -> None:
     SYSTEMS[name] = factory
 
 
+MODELS: dict[str, Callable[[], SystemModel]] = {
+    "toki-model-lww": lambda: TokiModel("LWW"),
+    "toki-model-ewm": lambda: TokiModel("EWM"),
+    "toki-model-await": lambda: TokiModel("AWAIT"),
+    "toki-model-rule": lambda: TokiModel("RULE"),
+    "toki-model-ewm-nolog": lambda: TokiModel("EWM", keyed_log=False),
+}
+"""The retired model of TOKI's write path (toki/systems/toki_model.py), outside the matrix:
+kept for `toki pg-grid` and as a fixture (docs/architecture.md); histories it wrote name it."""
+
+
 def get_system(name: str) -> SystemModel:
-    factory = SYSTEMS.get(name) or LIBRARY.get(name)
+    factory = SYSTEMS.get(name) or LIBRARY.get(name) or MODELS.get(name)
     if factory is None:
         raise InvalidInput(
             "system",

@@ -65,7 +65,8 @@ class TokiModel(SystemModel):
         # the declared precondition lives in one place: the operator (toki/algebra)
         self.isolation_level: Isolation = OPERATORS[operator].requires
         suffix = "" if keyed_log else "-nolog"
-        self.model_name = f"toki-{operator.lower()}{suffix}"
+        # not "toki-<op>": those names are the library's rows (toki/systems/registry.py)
+        self.model_name = f"toki-model-{operator.lower()}{suffix}"
 
     # SystemModel reads these as attributes; instances differ by operator
     @property
