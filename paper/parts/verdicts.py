@@ -76,7 +76,8 @@ def matrix(root: Path, m: Macros) -> Assets:
              "MatrixCrashAdmits", "MatrixSameModel", "MatrixExhaustiveCells",
              "MatrixNoneExhaustive", "MatrixWorkloads", "MatrixCheckCells", "MatrixConstruction",
              "MatrixNTwoAdmits", "MatrixNTwoSchedule", "MatrixNTwoJudgeOnly",
-             "MatrixNTwoScheduleWl", "MatrixNTwoJudgeWl", "MatrixWorstBound", "MatrixConfidence",
+             "MatrixNTwoScheduleWl", "MatrixNTwoJudgeWl", "MatrixNTwoBoundedWl",
+             "MatrixWorstBound", "MatrixConfidence",
              "MatrixOtherDraws"]
     text = read(root, "verdict_matrix/matrix.csv")
     if not text or not text.strip():
@@ -158,6 +159,7 @@ def _matrix_split_macros(
         1 for r in n2 if int(r["n2_schedule"]) == 0 and int(r["n2_judge"]) > 0))
     m.set("MatrixNTwoScheduleWl", sum(int(r["n2_schedule"]) for r in n2))
     m.set("MatrixNTwoJudgeWl", sum(int(r["n2_judge"]) for r in n2))
+    m.set("MatrixNTwoBoundedWl", sum(int(r.get("n2_bounded") or 0) for r in n2))
     bounds = [float(r["ci_high"]) for r in rows if r["verdict"] == "not found" and r["ci_high"]]
     m.set("MatrixWorstBound", num(max(bounds), 3) if bounds else "--")
     m.set("MatrixConfidence", confidence)

@@ -28,9 +28,9 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from toki.canonical import canonical_json
 from toki.sim.explore import Run
@@ -445,6 +445,78 @@ def serial_draws(
         serial = _serial(system, workload, variants, judge)
         hits += _reachable(system, workload, serial, judge, live)
     return hits
+
+
+Question = tuple[str, tuple[str, ...]]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedJudge(SimJudge):
+    """A judge whose answers are chosen, not drawn: `script` maps a question (its text and
+    candidates) to the index of the candidate it picks. A question the script does not hold
+    gets candidate 0, keeps it for the rest of the run, and is listed in `unscripted` (with
+    its number of candidates) in the order asked: enough to enumerate every answer to every
+    question a serial run asks."""
+
+    script: dict[Question, int] = field(default_factory=dict, compare=False, repr=False)
+    unscripted: list[tuple[Question, int]] = field(
+        default_factory=list, compare=False, repr=False
+    )
+
+    def pick(self, question: str, candidates: Sequence[str]) -> str:
+        if self.calls is not None:
+            self.calls[0] += 1
+        q = (question, tuple(candidates))
+        if q not in self.script:
+            self.script[q] = 0
+            self.unscripted.append((q, len(candidates)))
+        return candidates[self.script[q]]
+
+
+def every_answer(run: Callable[[ScriptedJudge], T]) -> Iterator[T]:
+    """`run` once per assignment of answers to the questions it asks: a depth-first walk of
+    the answer tree, in which each question asked for the first time branches on each of its
+    candidates (a later question may depend on an earlier answer; each leaf is run once)."""
+    scripts: list[dict[Question, int]] = [{}]
+    while scripts:
+        script = scripts.pop()
+        judge = ScriptedJudge(script=dict(script))
+        yield run(judge)
+        fixed = dict(script)
+        for question, n in judge.unscripted:  # the siblings of this run's first-time answers
+            scripts.extend({**fixed, question: answer} for answer in range(1, n))
+            fixed[question] = 0
+
+
+def n2_origin_by_answers(
+    system: SystemModel, workload: Workload, run: Run, budget: int
+) -> tuple[str, int]:
+    """Whether an N2 state needs the interleaving or only other judge answers, by enumeration:
+    every serial order that keeps each agent's own order (every variant of the uncertain
+    claims) is run under every assignment of answers to the questions it asks. "judge" when
+    some run reaches the state, "schedule" when every run was made and none does, "bounded"
+    when the orders were too many to list or `budget` serial runs did not finish (then
+    nothing is claimed). Returns the label and the serial runs made."""
+    target = belief_hash(system.beliefs(dict(run.state), workload.keys))
+    variants = _variants(delivered(workload, run))
+    if _order_count(variants) > ALL_ORDERS:
+        return "bounded", 0
+    orders = list(dict.fromkeys(o for v in variants for o in serial_orders(v, ALL_ORDERS)[0]))
+    runs = 0
+    for order in orders:
+
+        def serial(judge: ScriptedJudge, order: tuple[SimClaim, ...] = order) -> str:
+            state = run_serially(system, workload, order, judge)
+            return belief_hash(system.beliefs(state, workload.keys))
+
+        for state in every_answer(serial):
+            runs += 1
+            if state == target:
+                return "judge", runs
+            if runs >= budget:
+                return "bounded", runs
+    return "schedule", runs
 
 
 def _evidence_lost(live: Mapping[str, Any], claims: Sequence[SimClaim]) -> float:

@@ -144,12 +144,13 @@ def _verify(system: str, data: Mapping[str, Any], path: Path, other_draws: int) 
     return verdict.found, extra
 
 
-def n2_origin(system: str, data: Mapping[str, Any], other_draws: int) -> str:
-    """Classify an N2 witness: "judge" when some serial execution of its committed claims
-    reaches its state under one of `other_draws` other judge draws (the judge's answers, not
-    the interleaving, made the state), "schedule" when none does (within those draws: a
-    bound, not an enumeration of every answer), "" when it does not replay."""
-    from toki.check.anomalies import serial_draws
+def n2_origin(system: str, data: Mapping[str, Any], budget: int) -> str:
+    """Classify an N2 witness by enumerating the judge's answers (toki.check.anomalies.
+    n2_origin_by_answers): "judge" when some serial execution of its committed claims
+    reaches its state under some answers, "schedule" when none does under any answers,
+    "bounded" when `budget` serial runs did not finish the enumeration, "" when the witness
+    does not replay."""
+    from toki.check.anomalies import n2_origin_by_answers
     from toki.check.witness import Witness, replay_witness
     from toki.systems.registry import get_system
 
@@ -158,10 +159,7 @@ def n2_origin(system: str, data: Mapping[str, Any], other_draws: int) -> str:
     run, verdict = replay_witness(w, model)
     if not verdict.found:
         return ""
-    for i in range(other_draws):  # one hit settles it
-        if serial_draws(model, w.workload, run, [OTHER_DRAWS_BASE + i], w.judge_p):
-            return "judge"
-    return "schedule"
+    return n2_origin_by_answers(model, w.workload, run, budget)[0]
 
 
 def cells(
@@ -177,6 +175,7 @@ def cells(
         groups.setdefault((r["system"], r["fault"]), []).append(r)
     exp = config["experiment"]
     other_draws = int(exp.get("other_draws", 0))
+    answer_runs = int(exp.get("n2_answer_runs", 0))
     out_cells = []
     for (system, fault), rs in groups.items():
         model = get_system(system)
@@ -196,9 +195,9 @@ def cells(
                 cell = dataclasses.replace(
                     cell, witness=rel, witness_replays=ok, serial_other_draws=extra
                 )
-            if anomaly == "N2" and out is not None and not cell.abstain_reason and other_draws:
+            if anomaly == "N2" and out is not None and not cell.abstain_reason and answer_runs:
                 origins = tuple(
-                    (r["workload"], n2_origin(system, r["witnesses"]["N2"], other_draws))
+                    (r["workload"], n2_origin(system, r["witnesses"]["N2"], answer_runs))
                     for r in rs
                     if "N2" in r["witnesses"]
                 )

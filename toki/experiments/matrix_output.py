@@ -47,6 +47,7 @@ COLUMNS = (
     "worst_runs",
     "n2_schedule",
     "n2_judge",
+    "n2_bounded",
     "construction",
 )
 RECORD_COLUMNS = (
@@ -190,9 +191,10 @@ def render_markdown(result: MatrixResult) -> str:
         "otherwise a cell without an anomalous run is not found, with the one-sided "
         f"{level:.0f} % upper bound of the rate per run on its sampled workload with the fewest "
         "runs (unit: a run of that workload) and the power there. `exh.` counts the "
-        "workloads explored to completion. N2 witnesses are classified per workload: "
-        "judge-induced when a serial execution reaches the state under another judge draw, "
-        "schedule-induced when none of the other draws does.",
+        "workloads explored to completion. N2 witnesses are classified per workload by "
+        "enumerating the judge's answers: judge-induced when a serial execution reaches the "
+        "state under some answers, schedule-induced when none does under any answers, "
+        f"bounded when {exp.get('n2_answer_runs')} serial runs did not finish the enumeration.",
         "",
     ]
     for note in result.notes:
@@ -258,6 +260,7 @@ def n2_split(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         "judge_only_cells": sum(1 for r in own if r["n2_schedule"] == 0 and r["n2_judge"] > 0),
         "schedule_workloads": sum(r["n2_schedule"] for r in own),
         "judge_workloads": sum(r["n2_judge"] for r in own),
+        "bounded_workloads": sum(r["n2_bounded"] for r in own),
     }
 
 
@@ -270,11 +273,13 @@ def n2_summary(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         "",
         f"Of {split['cells']} model N2 admits with their own witnesses, "
         f"{split['schedule_cells']} have a schedule-induced witness on some workload (no serial "
-        f"execution reaches its state under any of the other judge draws tried) and "
+        f"execution reaches its state under any answers of the judge, all enumerated) and "
         f"{split['judge_only_cells']} only judge-induced ones (a serial execution reaches the "
         f"state when the judge answers differently). Over workloads: "
         f"{split['schedule_workloads']} schedule-induced, {split['judge_workloads']} "
-        "judge-induced witnesses. Only schedule-induced N2 is a finding about interleavings.",
+        f"judge-induced and {split['bounded_workloads']} bounded (the enumeration did not "
+        "finish within its budget: neither is claimed) witnesses. Only schedule-induced N2 is "
+        "a finding about interleavings.",
         "",
     ]
 

@@ -55,7 +55,7 @@ class CellData:
     serial_other_draws: tuple[int, int] | None = None  # N2: (reachable serially, draws tried)
     workload_runs: tuple[tuple[str, int], ...] = ()  # checked runs per workload, all draws
     workload_found: tuple[tuple[str, int], ...] = ()  # anomalous runs per workload, all draws
-    n2_origins: tuple[tuple[str, str], ...] = ()  # N2: workload -> "schedule" or "judge"
+    n2_origins: tuple[tuple[str, str], ...] = ()  # N2: workload -> schedule / judge / bounded
 
     @property
     def complete(self) -> bool:
@@ -125,6 +125,7 @@ def decide(cell: CellData, *, alpha: float = 0.05, power_rate: float = 0.05) -> 
         "worst_runs": 0,
         "n2_schedule": sum(1 for _, o in cell.n2_origins if o == "schedule"),
         "n2_judge": sum(1 for _, o in cell.n2_origins if o == "judge"),
+        "n2_bounded": sum(1 for _, o in cell.n2_origins if o == "bounded"),
         "construction": "",
     }
     if rates:
