@@ -22,7 +22,6 @@ the generated counts block of docs/proofs.md (scripts/reproduce.py runs it).
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -33,6 +32,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from toki.cli_parser import TokiParser
 from toki.formal.encoding import OPERATORS, History, Variant
 from toki.formal.prover import refute
 from toki.formal.result import ProofResult, Status
@@ -311,7 +311,7 @@ def write_docs(path: Path, data: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m proofs.agreement")
+    parser = TokiParser(prog="python -m proofs.agreement")
     parser.add_argument("--out", type=Path, help="write DIR/agreement.json")
     parser.add_argument("--docs", type=Path, help="rewrite the generated block of this file")
     args = parser.parse_args(argv)
