@@ -303,7 +303,9 @@ def render_markdown(results: Sequence[LawResult]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = TokiParser(description="Establish the operator laws table.")
+    parser = TokiParser(
+        prog="python -m toki.algebra.laws", description="Establish the operator laws table."
+    )
     parser.add_argument("--write", type=Path, help="write the markdown table to this path")
     parser.add_argument("--budget", type=int, default=BUDGET)
     args = parser.parse_args(argv)

@@ -552,7 +552,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from toki.experiments.matrix_plan import load_config
     from toki.real.systems import SYSTEMS
 
-    parser = TokiParser(description="Rebuild agreement.csv/.md from a matrix folder")
+    parser = TokiParser(
+        prog="python -m toki.experiments.agreement",
+        description="Rebuild agreement.csv/.md from a matrix folder",
+    )
     parser.add_argument("folder", nargs="?", default="verdict_matrix", type=Path)
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--real-budget", default="real")

@@ -303,7 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from toki.cli_parser import TokiParser
 
-    parser = TokiParser(description="Write the LoCoMo results tables of a doc")
+    parser = TokiParser(
+        prog="python -m toki.locomo.report", description="Write the LoCoMo results tables of a doc"
+    )
     parser.add_argument("--data", type=Path, default=Path("paper/data/locomo_ablations.json"))
     parser.add_argument("--doc", type=Path, default=Path("docs/locomo.md"))
     args = parser.parse_args(argv)
