@@ -7,12 +7,13 @@ proofs, the agreement and the mutants); paper/ may \\input it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from toki.cli_parser import TokiParser
 
 HERE = Path(__file__).resolve().parent
 LEVEL = {"read_committed": "RC", "snapshot": "SI", "serializable": "SER"}
@@ -55,7 +56,7 @@ def render(values: dict[str, str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m proofs.macros")
+    parser = TokiParser(prog="python -m proofs.macros")
     parser.add_argument("--out", type=Path, default=HERE / "macros.tex")
     args = parser.parse_args(argv)
     data = [

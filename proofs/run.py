@@ -5,7 +5,6 @@ proofs/results.json are written only by `make reproduce` (scripts/reproduce.py p
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import inspect
 import json
@@ -15,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from toki.cli_parser import TokiParser
 from toki.errors import InvalidInput
 from toki.formal.result import ProofResult
 
@@ -213,7 +213,7 @@ def write_results(results: Sequence[ProofResult], total: float, out: Path) -> No
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = TokiParser(
         prog="toki prove", description="Run toki's z3 proofs and their false variants."
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")

@@ -320,6 +320,7 @@ def _parsers() -> list[tuple[str, Any]]:
     import argparse
 
     from toki.cli import _build_parser
+    from toki.locomo.cli import build_parser as locomo_parser
     from toki.real.cli import build_parser as real_parser
 
     found: list[tuple[str, Any]] = []
@@ -333,22 +334,7 @@ def _parsers() -> list[tuple[str, Any]]:
 
     walk("toki", _build_parser())
     walk("toki real", real_parser())
-    import toki.locomo.cli as locomo
-
-    captured: list[argparse.ArgumentParser] = []
-    original = argparse.ArgumentParser.parse_args
-
-    def grab(self: argparse.ArgumentParser, *a: Any, **k: Any) -> Any:
-        captured.append(self)
-        raise SystemExit(0)
-
-    argparse.ArgumentParser.parse_args = grab  # type: ignore[method-assign,assignment]
-    try:
-        with pytest.raises(SystemExit):
-            locomo.main([])
-    finally:
-        argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
-    walk("toki locomo", captured[0])
+    walk("toki locomo", locomo_parser())
     return found
 
 

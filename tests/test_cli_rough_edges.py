@@ -81,6 +81,19 @@ ROWS: list[tuple[list[str], int, str, str]] = [
     (["explor"], 2, "err", "(did you mean explore?)"),
     (["check", "@gsingle", "--consistency-modle", "x"], 2, "err", "did you mean --consistency"),
     (["matrix", "--budget", "smal"], 2, "err", "(did you mean small?)"),
+    # ... in the delegated command lines too, reported by the subcommand that was meant
+    (["real", "rn"], 2, "err", "(did you mean run?)"),
+    (["real", "run", "x", "--budgt", "3"], 2, "err", "real run: error: unrecognized arguments: "),
+    (["real", "run", "x", "--budgt", "3"], 2, "err", "--budgt 3 (did you mean --budget?)"),
+    (["real", "run", "--sytem", "x"], 2, "err", "(did you mean system? it is positional"),
+    (["real", "scenario", "--nmae", "x"], 2, "err", "(did you mean name? it is positional"),
+    (["locomo", "infoo"], 2, "err", "(did you mean info?)"),
+    (["locomo", "info", "--pth", "x"], 2, "err", "locomo info: error: unrecognized arguments"),
+    (["locomo", "ablate", "--ablation", "typd_layer"], 2, "err", "(did you mean typed_layer?)"),
+    (["prove", "--onyl", "x"], 2, "err", "toki prove: error: unrecognized arguments: --onyl x"),
+    (["prove", "--onyl", "x"], 2, "err", "(did you mean --only?)"),
+    (["prove", "--k", "3", "--josn"], 2, "err", "(did you mean --json?)"),
+    (["real", "run", "x", "--zzzzz"], 2, "err", "arguments: --zzzzz\n"),  # nothing is close
     # messages
     (["check", "@readme"], 2, "err", "is neither a toki history nor an Elle history"),
     (["check", "@gsingle", "--consistency-model", "serialisable"], 2, "err", "serializable?"),
@@ -127,6 +140,46 @@ def test_each_rough_edge(
         assert len(out.err) < 600, out.err  # one line, not a 1 KB list
     assert not Path(files["newdir"]).exists()  # no empty --out folder left behind
     assert not (tmp_path / "toki-out").exists() or not any((tmp_path / "toki-out").iterdir())
+
+
+# the `python -m` entry points the docs name: (module, argv, the suggestion)
+MODULES = [
+    ("toki.experiments.agreement", ["--confg", "x.toml"], "(did you mean --config?)"),
+    ("toki.locomo.report", ["--dco", "x.md"], "(did you mean --doc?)"),
+    ("toki.locomo.cli", ["infoo"], "(did you mean info?)"),
+    ("toki.algebra.laws", ["--budgte", "3"], "(did you mean --budget?)"),
+    ("proofs.agreement", ["--otu", "x"], "(did you mean --out?)"),
+    ("proofs.macros", ["--otu", "x"], "(did you mean --out?)"),
+    ("proofs.run", ["--onyl", "x"], "(did you mean --only?)"),
+]
+
+
+@pytest.mark.parametrize(("module", "argv", "hint"), MODULES, ids=[m[0] for m in MODULES])
+def test_every_module_entry_point_says_did_you_mean(
+    module: str,
+    argv: list[str],
+    hint: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        importlib.import_module(module).main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    assert ": error: " in err and err.rstrip().endswith(hint), err
+    assert list(tmp_path.iterdir()) == []  # refused before anything ran
+
+
+def test_every_parser_says_did_you_mean() -> None:
+    from tests.test_cli_errors import _parsers
+    from toki.cli_parser import TokiParser
+
+    plain = [name for name, parser in _parsers() if not isinstance(parser, TokiParser)]
+    assert plain == []
 
 
 def test_a_pipe_closed_early_is_silent_and_exit_0(tmp_path: Path) -> None:

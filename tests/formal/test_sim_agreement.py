@@ -176,6 +176,47 @@ def test_docs_show_the_generated_agreement_counts() -> None:
     assert s["proved_checks_clean"] == s["proved_checks"] > 0
 
 
+def _committed_run(seconds: float) -> dict[str, Any]:
+    """What `agreement.run()` returns, rebuilt from the committed files, every wall-clock
+    field set to `seconds`."""
+    data = json.loads((ROOT / "proofs" / "agreement.json").read_text())
+    rows = [
+        json.loads(line)
+        for line in (ROOT / "proofs" / "agreement_workloads.jsonl").read_text().splitlines()
+    ]
+    data["two_way"]["rows"] = [{**r, "seconds": seconds} for r in rows]
+    data["dpor"] = [{**d, "seconds": seconds} for d in data["dpor"]]
+    data["summary"]["seconds"] = seconds
+    return data
+
+
+def test_a_rerun_leaves_the_tracked_results_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m proofs.agreement --out proofs --docs docs/proofs.md` (a documented command)
+    must not change tracked files when only the timings changed: the seconds go to the
+    untracked agreement.timings.json. The committed files hold none."""
+    doc = tmp_path / "proofs.md"
+    doc.write_text((ROOT / "docs" / "proofs.md").read_text())
+    tracked = ("agreement.json", "agreement_workloads.jsonl")
+    for seconds in (1.5, 99.25):
+        monkeypatch.setattr(agreement, "run", lambda s=seconds: _committed_run(s))
+        assert agreement.main(["--out", str(tmp_path), "--docs", str(doc)]) == 0
+        for name in tracked:
+            assert (tmp_path / name).read_bytes() == (ROOT / "proofs" / name).read_bytes(), name
+        assert doc.read_text() == (ROOT / "docs" / "proofs.md").read_text()
+        timings = json.loads((tmp_path / agreement.TIMINGS).read_text())
+        assert timings["seconds"] == seconds and {d["seconds"] for d in timings["dpor"]} == {
+            seconds
+        }
+        assert len(timings["two_way"]) == len(agreement.pinned_workloads())
+        assert f"total {seconds} s" in capsys.readouterr().out
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert "*.timings.json" in ignored
+    for name in tracked:
+        assert '"seconds"' not in (ROOT / "proofs" / name).read_text(), name
+
+
 def test_spec_of_a_scenario_keeps_claims_and_ends() -> None:
     sc = VARIANTS[0].scenario
     spec = Spec.of(sc)

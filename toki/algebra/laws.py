@@ -16,7 +16,6 @@ policy (crm > chat > web).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from hypothesis.errors import NoSuchExample
 from toki.algebra.base import Operator
 from toki.algebra.context import ResolveContext
 from toki.algebra.rule import Policy
+from toki.cli_parser import TokiParser
 from toki.isolation import Isolation
 from toki.judge import StochasticJudge
 from toki.model import Claim, FactKey, FactVersion
@@ -303,7 +303,9 @@ def render_markdown(results: Sequence[LawResult]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Establish the operator laws table.")
+    parser = TokiParser(
+        prog="python -m toki.algebra.laws", description="Establish the operator laws table."
+    )
     parser.add_argument("--write", type=Path, help="write the markdown table to this path")
     parser.add_argument("--budget", type=int, default=BUDGET)
     args = parser.parse_args(argv)

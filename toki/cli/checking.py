@@ -68,7 +68,7 @@ def _models(specs: list[str]) -> list[str]:
     """Elle's consistency-model names, repeatable or comma-separated; an unknown one is
     named with the closest known name, not the whole list."""
     from toki.check.adya.models import MODEL_NAMES
-    from toki.cli.common import did_you_mean
+    from toki.cli_parser import did_you_mean
 
     models = [m.strip() for spec in specs for m in spec.split(",") if m.strip()]
     for m in models:

@@ -1,14 +1,11 @@
-"""What every `toki` subcommand shares: the progress bar, JSON printing, help phrases, and
-the parser that says "did you mean"."""
+"""What every `toki` subcommand shares: the progress bar, JSON printing and help phrases
+(the parser that says "did you mean" is `toki.cli_parser`, which every command line uses)."""
 
 from __future__ import annotations
 
 import argparse
-import difflib
-import re
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 from toki.cli_output import print_json
 
@@ -16,8 +13,6 @@ __all__ = [
     "LEVELS_HELP",
     "OUT_HELP",
     "SEARCHES",
-    "TokiParser",
-    "did_you_mean",
     "print_json",
     "progress",
 ]
@@ -39,32 +34,3 @@ def progress(
     if total is None and bound:
         desc = f"{desc} (total unknown, at most {bound:,})"
     return tqdm(total=total, disable=args.json or args.quiet, desc=desc, unit=unit, file=sys.stderr)
-
-
-def did_you_mean(word: str, known: Sequence[str]) -> str:
-    """ " (did you mean X?)" for the closest of `known`, or "" when none is close."""
-    close = difflib.get_close_matches(word, list(dict.fromkeys(known)), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
-class TokiParser(argparse.ArgumentParser):
-    """argparse that says "did you mean" for a mistyped subcommand, choice or option."""
-
-    def error(self, message: str) -> NoReturn:
-        super().error(message + self.suggestion(message))
-
-    def options(self) -> list[str]:
-        return [o for a in self._actions for o in a.option_strings if o.startswith("--")]
-
-    def suggestion(self, message: str) -> str:
-        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if choice:
-            return did_you_mean(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
-        unknown = re.search(r"unrecognized arguments: (.*)", message)
-        if unknown:
-            for word in unknown.group(1).split():
-                if word.startswith("--"):
-                    hint = did_you_mean(word.split("=", 1)[0], self.options())
-                    if hint:
-                        return hint
-        return ""

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from toki.cli.common import TokiParser
+from toki.cli_parser import TokiParser
 from toki.errors import TokiError
 
 __all__ = ["EXIT_CODES", "build_parser", "main"]
@@ -73,25 +73,6 @@ def _delegated(command: str, delegate: Callable[[Sequence[str]], int], rest: lis
         return 2
 
 
-def _parse(args_list: list[str]) -> argparse.Namespace:
-    """Parse; an unknown option is reported by its subcommand's parser, which knows the
-    options to suggest instead."""
-    parser = build_parser()
-    args, extra = parser.parse_known_args(args_list)
-    if extra:
-        sub = _subparser(parser, str(args.command)) or parser
-        sub.error(f"unrecognized arguments: {' '.join(extra)}")
-    return args
-
-
-def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            found: argparse.ArgumentParser | None = action.choices.get(name)
-            return found
-    return None
-
-
 # Subcommands with their own argument parser: everything after the name is theirs.
 _DELEGATED = {"locomo": "toki.locomo.cli", "prove": "toki.formal.cli", "real": "toki.real.cli"}
 
@@ -115,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             module = importlib.import_module(_DELEGATED[command])
             delegate: Callable[[Sequence[str]], int] = module.main
             return _delegated(command, delegate, args_list[1:])
-        args = _parse(args_list)
+        args = build_parser().parse_args(args_list)
         handler: Handler = args.handler
         return handler(args)
     except BrokenPipeError:  # the reader stopped early (`toki demo --json | head`): not an error

@@ -547,13 +547,15 @@ def write_agreement(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """python -m toki.experiments.agreement [FOLDER] [--config matrix.toml]"""
-    import argparse
-
+    from toki.cli_parser import TokiParser
     from toki.errors import TokiError
     from toki.experiments.matrix_plan import load_config
     from toki.real.systems import SYSTEMS
 
-    parser = argparse.ArgumentParser(description="Rebuild agreement.csv/.md from a matrix folder")
+    parser = TokiParser(
+        prog="python -m toki.experiments.agreement",
+        description="Rebuild agreement.csv/.md from a matrix folder",
+    )
     parser.add_argument("folder", nargs="?", default="verdict_matrix", type=Path)
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--real-budget", default="real")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from toki.cli_parser import TokiParser
 from toki.errors import InvalidInput, TokiError
 from toki.locomo.ablations import ABLATIONS, SEED, run_ablations
 from toki.locomo.data import LOCOMO_URL, cache_dir, fetch_locomo, load_locomo, sha256_of
@@ -26,10 +27,9 @@ LLM_CACHE = "llm-responses.sqlite"
 _PATH_HELP = "the LoCoMo file (default: $TOKI_LOCOMO, ../shared/data/locomo, the user cache)"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run a `locomo` subcommand; returns the process exit code."""
-    parser = argparse.ArgumentParser(prog="toki locomo", description=__doc__)
-    sub = parser.add_subparsers(dest="cmd", required=True)
+def build_parser() -> TokiParser:
+    parser = TokiParser(prog="toki locomo", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     f = sub.add_parser("fetch", help="download the pinned LoCoMo file and verify its sha256")
     f.add_argument("--dest", help="file or directory (default: the user cache directory)")
     f.add_argument("--url", default=LOCOMO_URL, help="where to download from (default: upstream)")
@@ -117,6 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "make reproduce writes notebooks/results/locomo_provenance.json)",
     )
     pv.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a `locomo` subcommand; returns the process exit code."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "file", None):
         if args.path and args.path != args.file:

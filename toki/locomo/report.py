@@ -299,10 +299,13 @@ def update_doc(text: str, rows: Sequence[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """python -m toki.locomo.report [--data paper/data/locomo_ablations.json] [--doc FILE]"""
-    import argparse
     import json
 
-    parser = argparse.ArgumentParser(description="Write the LoCoMo results tables of a doc")
+    from toki.cli_parser import TokiParser
+
+    parser = TokiParser(
+        prog="python -m toki.locomo.report", description="Write the LoCoMo results tables of a doc"
+    )
     parser.add_argument("--data", type=Path, default=Path("paper/data/locomo_ablations.json"))
     parser.add_argument("--doc", type=Path, default=Path("docs/locomo.md"))
     args = parser.parse_args(argv)

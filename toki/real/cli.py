@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from toki.cli_input import at_least, out_dir
+from toki.cli_parser import TokiParser
 from toki.errors import InvalidInput, TokiError
 
 __all__ = ["REAL_SCENARIOS", "main", "make_real_workload", "parse_faults"]
@@ -259,7 +260,7 @@ def _cmd_scenario(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = TokiParser(
         prog="toki real", description="Drive real memory libraries under toki's scheduler."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
