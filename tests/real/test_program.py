@@ -11,6 +11,7 @@ import pytest
 
 from toki.errors import InvalidInput
 from toki.real.cli import main
+from toki.real.faults import FaultPlan
 from toki.real.program import OpProgram, OpStep, program_from_json
 from toki.real.scenario import SCENARIOS_DIR, load_scenario, load_scenarios
 
@@ -123,7 +124,7 @@ def test_a_scenario_file_loads_with_its_defaults(tmp_path: Path) -> None:
         "mem0-1.0.11",
         5,
         0,
-        (),
+        FaultPlan(),
     )
     assert sc.expect == ("duplicate",) and sc.program().inboxes[0][0].op == "add"
 

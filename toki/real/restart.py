@@ -7,11 +7,13 @@ failures, are:
 
 * `silent-failure`: a boundary call (store, LLM) was failed by an injected error, the
   library's API call returned normally (no exception, no error in its result), and the
-  claim left no trace in the library's state (`HostAdapter.recorded`): the application was
-  told nothing went wrong, and its write is gone. A failure the library made good (mem0
-  2.x falls back from `batch_add_history` to one `add_history` per row) is not one. Limit:
-  a claim the judge would have rejected anyway also leaves no trace; the witness's story
-  shows which (the failed point, and what the call returned).
+  claim left no trace in the library's state (`HostAdapter.recorded`; a program's step
+  "key is value" is that claim, a step of another text must be found in a live record or
+  a history row): the application was told nothing went wrong, and its write is gone. A
+  failure the library made good (mem0 2.x falls back from `batch_add_history` to one
+  `add_history` per row) is not one. Limit: a claim the judge would have rejected anyway
+  also leaves no trace; the witness's story shows which (the failed point, and what the
+  call returned).
 * `lost-write`: a memory readers were served just before the death is not served after
   the reopen (what was acknowledged did not survive).
 * `resurrection-after-restart`: a memory that had been removed before the death is served
@@ -36,7 +38,7 @@ from toki.check.anomalies import Verdict
 from toki.real.adapter import RealSystem
 from toki.real.checks import SERIAL_LIMIT, committed_claims
 from toki.real.driver import DEATHS, RealRun, SerialCache, serial_beliefs, serial_orders
-from toki.sim.workload import Workload
+from toki.sim.workload import SimClaim, Workload
 from toki.systems.base import belief_hash
 
 __all__ = ["FAULT_ANOMALIES", "check_faults", "injected", "n2_acknowledged"]
@@ -73,14 +75,48 @@ def _is_error(result: Any) -> bool:
     return False
 
 
+def _program_steps(workload: Workload, rr: RealRun) -> dict[tuple[int, int], Any] | None:
+    """A program's step log by (agent, step) (derived.py: `returned` or `error` each);
+    None for a workload of claims."""
+    if getattr(workload, "family", None) is None:
+        return None
+    derived = rr.observation.get("derived") or {}
+    return {(int(s["agent"]), int(s["step"])): s for s in derived.get("steps") or ()}
+
+
+def _left_trace(system: RealSystem, observation: Mapping[str, Any], item: Any) -> bool:
+    """A claim left a trace (the adapter's `recorded`). A program's step "key is value" is
+    that claim (as the workers tell the stub LLM); a step of another text, that text in a
+    live record or a history row; a step without text (a delete, a read) is not judged."""
+    if getattr(item, "op", None) is None:
+        return bool(system.host.recorded(observation, item))
+    text = item.arg("text")
+    if not isinstance(text, str):
+        return True
+    key, said, value = text.partition(" is ")
+    if said and key:
+        return bool(system.host.recorded(observation, SimClaim(key, value)))
+    derived = observation.get("derived") or {}
+    texts = {r.get("text") for r in derived.get("records") or ()}
+    texts |= {v.get("new") for vs in (derived.get("versions") or {}).values() for v in vs}
+    return text in texts
+
+
 def silent_failure(system: RealSystem, workload: Workload, rr: RealRun) -> Verdict:
     injected = [t for t in rr.trace if t.get("fault") == "raise"]
     if not injected:
         return Verdict("silent-failure", False, ran=False, details={"abstains": "no injection"})
+    steps = _program_steps(workload, rr)
     swallowed = []
     for t in injected:
         result = _claim_result(rr.outcomes, int(t["agent"]), t.get("claim"))
-        if result is None or _is_error(result):
+        if result is None:
+            continue
+        if steps is not None:  # a program's step reports its failure in the step log
+            entry = steps.get((int(t["agent"]), int(t["claim"])))
+            if entry is None or "error" in entry:
+                continue
+        elif _is_error(result):
             continue
         swallowed.append(
             {
@@ -94,7 +130,7 @@ def silent_failure(system: RealSystem, workload: Workload, rr: RealRun) -> Verdi
     lost = [
         t
         for t in swallowed
-        if not system.host.recorded(rr.observation, workload.inboxes[int(t["agent"])][t["claim"]])
+        if not _left_trace(system, rr.observation, workload.inboxes[int(t["agent"])][t["claim"]])
     ]
     found = bool(lost)
     keys = tuple(sorted({str(workload.inboxes[int(t["agent"])][t["claim"]].key) for t in lost}))

@@ -27,7 +27,9 @@ from toki.real.adapter import Picker, ScriptedJudge
 from toki.real.checks import ALL_CHECKS, check_real
 from toki.real.derived import DERIVED
 from toki.real.driver import SerialCache, open_session, real_runs
+from toki.real.faults import FaultPlan, parse_faults
 from toki.real.program import OpProgram, OpStep
+from toki.real.restart import FAULT_ANOMALIES, check_faults
 from toki.real.systems import get_real_system
 from toki.real.witness import RealWitness, explain_real, judge_to_json
 from toki.sim.explore import Stats
@@ -46,6 +48,7 @@ __all__ = [
 ]
 
 SCENARIOS_DIR = Path(__file__).parent / "scenarios"
+KNOWN = (*DERIVED, *FAULT_ANOMALIES)  # what a scenario may expect (its steps are operations)
 _FAMILIES = {
     "mem0": "mem0",
     "graphiti": "graphiti",
@@ -65,7 +68,7 @@ class Scenario:
     strategy: str = "dpor"
     budget: int = 200
     seed: int = 0
-    faults: tuple[str, ...] = ()
+    faults: FaultPlan = field(default_factory=FaultPlan)  # `[run] faults` (`--faults`)
     timeout_s: float = 300.0
     judge: str | None = None  # the stub LLM's verdict (ScriptedJudge default); None: SimJudge
     agents: tuple[tuple[Mapping[str, Any], ...], ...] = ()
@@ -98,7 +101,7 @@ class Scenario:
                 "strategy": self.strategy,
                 "budget": self.budget,
                 "seed": self.seed,
-                "faults": list(self.faults),
+                "faults": self.faults.spec(),
                 "timeout_s": self.timeout_s,
             },
             "file": self.path,
@@ -110,6 +113,39 @@ def _table(data: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]:
     if not isinstance(got, Mapping):
         raise InvalidInput("scenario", f"{where}: [{name}] must be a table")
     return got
+
+
+def _faults(run: Mapping[str, Any], where: str) -> FaultPlan:
+    """`[run] faults`: the text `--faults` takes (toki.real.faults), "" or absent for none."""
+    spec = run.get("faults", "")
+    if not isinstance(spec, str):
+        raise InvalidInput(
+            "scenario",
+            f"{where}: [run] faults = {spec!r} is not a string",
+            'write the --faults spec, e.g. faults = "raise:1" or "torn:1"',
+        )
+    try:
+        return parse_faults(spec)
+    except InvalidInput as exc:
+        raise InvalidInput("scenario", f"{where}: [run] faults: {exc.problem}", exc.fix) from exc
+
+
+def _faults_for(anomalies: tuple[str, ...], plan: FaultPlan, where: str) -> None:
+    """A fault check is expected only where `[run] faults` can make its fault (else it
+    abstains on every schedule and the scenario could never reproduce)."""
+    if "silent-failure" in anomalies and not plan.raises:
+        raise InvalidInput(
+            "scenario",
+            f"{where}: silent-failure needs an injected failure",
+            'add faults = "raise:1" to [run]',
+        )
+    deaths = [a for a in anomalies if a in FAULT_ANOMALIES and a != "silent-failure"]
+    if deaths and not plan.dies:
+        raise InvalidInput(
+            "scenario",
+            f"{where}: {deaths} need a process death",
+            'add faults = "restart:1" or "torn:1" to [run]',
+        )
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -136,17 +172,19 @@ def load_scenario(path: str | Path) -> Scenario:
         raise InvalidInput("scenario", f"{where}: [[agents]] must be an array of tables")
     agents = tuple(tuple(a.get("steps", [])) for a in agents_raw)
     anomalies = tuple(str(a) for a in expect.get("anomalies", []))
-    if unknown := [a for a in anomalies if a not in ALL_CHECKS]:
+    if unknown := [a for a in anomalies if a not in (*ALL_CHECKS, *FAULT_ANOMALIES)]:
         raise InvalidInput(
-            "scenario", f"{where}: unknown anomalies {unknown}", f"use {', '.join(ALL_CHECKS)}"
+            "scenario", f"{where}: unknown anomalies {unknown}", f"use one of {', '.join(KNOWN)}"
         )
-    if claims_only := [a for a in anomalies if a not in DERIVED]:
+    if claims_only := [a for a in anomalies if a not in KNOWN]:
         raise InvalidInput(
             "scenario",
             f"{where}: {claims_only} are defined over claims, and a scenario's steps are "
             "operations",
-            f"expect {', '.join(DERIVED)}",
+            f"expect one of {', '.join(KNOWN)}",
         )
+    faults = _faults(run, where)
+    _faults_for(anomalies, faults, where)
     if reproduced and not (agents and anomalies):
         raise InvalidInput(
             "scenario", f"{where}: a reproduced report needs [[agents]] steps and [expect]"
@@ -163,7 +201,7 @@ def load_scenario(path: str | Path) -> Scenario:
         strategy=str(run.get("strategy", "dpor")),
         budget=int(run.get("budget", 200)),
         seed=int(run.get("seed", 0)),
-        faults=tuple(str(f) for f in run.get("faults", [])),
+        faults=faults,
         timeout_s=float(run.get("timeout_s", 300.0)),
         judge=None if run.get("judge") is None else str(run["judge"]),
         agents=agents,
@@ -222,13 +260,13 @@ def run_scenario(
     anomalies on every schedule. Affected: stops at the first schedule that shows all of
     them and saves it as a witness per anomaly. Fixed: explores the whole budget."""
     from toki.check.runner import make_strategy
-    from toki.real.faults import crash_budget as parse_faults
 
     system = get_real_system(runnable(scenario, fixed=fixed))
     program = scenario.program()
     workload = cast(Workload, program)  # an OpProgram has what the driver uses of one
     strategy = make_strategy(scenario.strategy, scenario.seed)
-    crash_budget = parse_faults(",".join(scenario.faults))
+    derived = [a for a in scenario.expect if a not in FAULT_ANOMALIES]
+    faulted = [a for a in scenario.expect if a in FAULT_ANOMALIES]
     judge, recovery = _judges(scenario)
     counts: Counter[str] = Counter()
     abstained: dict[str, str] = {}
@@ -250,16 +288,18 @@ def run_scenario(
             recovery,
             budget=scenario.budget,
             seed=scenario.seed,
-            crash_budget=crash_budget,
             stats=stats,
+            faults=scenario.faults,
         )
         for rr in runs:
             schedules += 1
-            found = check_real(system, workload, rr, serial, recovery, scenario.expect)
+            found = check_real(system, workload, rr, serial, recovery, derived)
+            if faulted:
+                found.update(check_faults(system, workload, rr, faulted))
             for name, v in found.items():
                 if v.found:
                     counts[name] += 1
-                elif v.abstained:
+                elif v.abstained and name not in FAULT_ANOMALIES:  # those: no such fault here
                     abstained[name] = str(v.details["abstains"])
             if not fixed and all(v.found for v in found.values()):
                 digest = rr.digest
@@ -273,12 +313,13 @@ def run_scenario(
                         judge_to_json(judge),
                         judge_to_json(recovery),
                         scenario.seed,
-                        crash_budget,
+                        scenario.faults.crash,
                         scenario.strategy,
                         v.keys,
                         v.expected,
                         v.observed,
                         {**dict(v.details), "scenario": scenario.name, "digest": digest},
+                        faults=scenario.faults.spec(),
                     )
                     w = dataclasses.replace(w, steps=tuple(explain_real(w, rr, v)))
                     if out is not None:

@@ -266,7 +266,12 @@ def _describe_restart(restart: Mapping[str, Any]) -> list[str]:
     if restart.get("integrity_reopened"):
         lines.append(f"  its index after the reopen: {restart['integrity_reopened']}")
     for agent, claims in sorted((restart.get("retried") or {}).items()):
-        what = [f"{c['key']}={c['value']}" for c in claims]
+        what = [  # a workload's claims, or a program's steps
+            f"{c['key']}={c['value']}"
+            if "op" not in c
+            else f"{c['op']}({', '.join(f'{k}={v!r}' for k, v in c.items() if k != 'op')})"
+            for c in claims
+        ]
         lines.append(f"  client {agent} retries what it was not acknowledged: {what}")
     for probe in restart.get("probes") or ():
         first = (probe.get("answers") or [{}])[0]
