@@ -46,7 +46,8 @@ from toki.experiments.pg_product import BASE, POLICY, TENANT, WriterPool
 from toki.isolation import Isolation
 from toki.memory import Memory
 from toki.model import Claim, FactKey
-from toki.store.postgres import _LOCK_CLASS, PostgresStore, default_dsn, mask_dsn
+from toki.store.pg_rows import LOCK_CLASS, advisory_lock
+from toki.store.postgres import PostgresStore, default_dsn, mask_dsn
 
 WRITES = 64
 WRITERS = (1, 2, 4, 8)
@@ -62,9 +63,7 @@ class GlobalLockStore(PostgresStore):
     def _step(self, name: str, cur: Any, query: Any, params: Any = None) -> None:
         super()._step(name, cur, query, params)
         if name == "begin":
-            cur.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, self.schema)
-            )
+            advisory_lock(cur, LOCK_CLASS, self.schema)
 
 
 def _claims(writer: int, writers: int, per: int, workload: str) -> list[Claim]:

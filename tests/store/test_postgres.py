@@ -213,6 +213,19 @@ def test_a_second_connection_sees_staleness_until_it_catches_up(pg_store: StoreF
     assert reader.current(K).kind == "unknown"
 
 
+def test_reads_inside_the_write_lock_use_its_transaction(pg_store: StoreFactory) -> None:
+    """load_state and load_log read in the lock's own transaction, as load_projection and
+    version_drift do (they used to open a read-only one inside it, which the server refused)."""
+    store = pg_store()
+    mem = Memory(store)
+    _fill(mem)
+    outside = store.load_state(), store.load_log()
+    with store.write_lock():
+        inside = store.load_state(), store.load_log()
+    assert inside == outside
+    assert [e.event_id for e in inside[1][0]] == [e.event_id for e in mem.events()]
+
+
 def test_newer_schema_is_refused(pg_store: StoreFactory) -> None:
     store = pg_store()
     store.execute("UPDATE toki_meta SET value = %s WHERE name = 'schema_version'", (str(99),))

@@ -1,6 +1,6 @@
 """The PostgreSQL backend's row forms and small helpers: events, versions and keys as rows,
-the URL's `schema` parameter and its rules, the chain seals in `toki_meta`, the comparison of
-`toki_version` with the log, the statement hook of a write, and error texts.
+the URL's `schema` parameter and its rules, the advisory locks, the chain seals in `toki_meta`,
+the comparison of `toki_version` with the log, the statement hook of a write, and error texts.
 
 `toki.store.postgres.PostgresStore` is the store; `toki.store.pg_schema` its tables.
 """
@@ -60,6 +60,21 @@ def _text(query: Any) -> str:
     if isinstance(query, bytes):
         return query.decode()
     return query if isinstance(query, str) else repr(query)
+
+
+# pg_advisory_xact_lock(classid, objid): classid fixed per purpose, objid per schema, so two
+# toki stores in different schemas of one database do not serialise each other.
+LOCK_CLASS = 0x70C1  # the write lock (`write_lock`, `append`)
+MIGRATE_CLASS = 0x70C2  # schema migrations
+SEQ_CLASS = 0x70C3  # the sequencer
+CONSUME_CLASS = 0x70C4  # the consumption log's chain (named reads)
+
+
+def advisory_lock(
+    cur: psycopg.Cursor[Any] | psycopg.Connection[Any], lock_class: int, schema: str | None
+) -> None:
+    """Take the transaction-scoped lock `lock_class` of `schema` (released at its end)."""
+    cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (lock_class, schema))
 
 
 MAX_SCHEMA_BYTES = 63
@@ -172,6 +187,16 @@ def version_drift(rows: Sequence[tuple[Any, ...]], events: Sequence[Event]) -> d
 
 def _norm(row: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(format_instant(parse_instant(x)) if isinstance(x, datetime) else x for x in row)
+
+
+KEY_COLS = "tenant, subject, scope_kind, scope_key, fact_key"
+EVENT_ROW_COLS = (
+    "seq, key_seq, kind, tenant, subject, scope_kind, scope_key, fact_key, recorded_at, "
+    "version_ids, payload, payload_hash, event_id"
+)
+"""The columns of `event_row`, in its order (COPY into toki_event)."""
+PENDING_ROW_COLS = "tick" + EVENT_ROW_COLS[len("seq") :]
+"""toki_pending's columns: the transaction tick in place of the seq."""
 
 
 def key_row(key: FactKey) -> tuple[str, str, str, str, str]:

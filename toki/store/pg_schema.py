@@ -1,6 +1,7 @@
-"""The PostgreSQL backend's schema: its migrations, in order, each one idempotent.
+"""The PostgreSQL backend's schema: its migrations, in order, each one idempotent, and the
+runner that applies them.
 
-`PostgresStore` runs the ones a schema lacks under an advisory lock, in one transaction, and
+`migrate` runs the ones a schema lacks under an advisory lock, in one transaction, and
 records the version in `toki_meta`. A reader looking for a table's columns looks here.
 """
 
@@ -12,8 +13,9 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from toki.errors import StoreError
+from toki.store.pg_rows import MIGRATE_CLASS, advisory_lock
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "stored_version", "version_refusal"]
 
 _M1 = """
 CREATE TABLE IF NOT EXISTS toki_event (
@@ -242,3 +244,56 @@ def _migration_5(cur: psycopg.Cursor[Any]) -> None:
 
 MIGRATIONS = (_migration_1, _migration_2, _migration_3, _migration_4, _migration_5)
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(cur: psycopg.Cursor[Any], schema: str | None, server: str) -> None:
+    """Bring `schema` to SCHEMA_VERSION in the caller's transaction (`server`: the masked
+    DSN for the error text); a newer schema than this toki is a StoreError."""
+    advisory_lock(cur, MIGRATE_CLASS, schema)
+    cur.execute("CREATE TABLE IF NOT EXISTS toki_meta (name text PRIMARY KEY, value text NOT NULL)")
+    row = cur.execute("SELECT value FROM toki_meta WHERE name='schema_version'").fetchone()
+    have = int(row[0]) if row else 0
+    if have > SCHEMA_VERSION:
+        raise StoreError(
+            f"url: schema {schema!r} at {server} has toki schema version {have}, newer than "
+            f"this toki ({SCHEMA_VERSION}); upgrade toki"
+        )
+    for number in range(have, SCHEMA_VERSION):
+        MIGRATIONS[number](cur)
+        cur.execute(
+            "INSERT INTO toki_meta VALUES ('schema_version', %s) "
+            "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            (str(number + 1),),
+        )
+    # a store chained before the seal existed is sealed at its head (check_seal)
+    cur.execute(
+        "INSERT INTO toki_meta SELECT 'chain_seal', seq || ':' || chain FROM toki_event "
+        "WHERE chain IS NOT NULL AND seq = (SELECT max(seq) FROM toki_event) "
+        "ON CONFLICT DO NOTHING"
+    )
+
+
+def stored_version(conn: psycopg.Connection[Any], schema: str | None) -> int | None:
+    """The toki schema version `schema` holds, None if it holds no toki store (creates
+    nothing: `toki verify` and `toki shadow` open only what is there)."""
+    found = conn.execute(
+        "SELECT to_regclass(format('%%I.toki_meta', %s::text)) IS NOT NULL", (schema,)
+    ).fetchone()
+    if not (found and found[0]):
+        return None
+    row = conn.execute("SELECT value FROM toki_meta WHERE name = 'schema_version'").fetchone()
+    return None if row is None else int(row[0])
+
+
+def version_refusal(version: int | None, schema: str | None, server: str) -> str:
+    """Why a store of `version` (`stored_version`) is not opened as it is."""
+    if version is None:
+        return (
+            f"url: there is no toki store in schema {schema!r} at {server} "
+            "(nothing was created; check the URL's ?schema=)"
+        )
+    return (
+        f"url: schema {schema!r} holds toki schema version {version}, this toki "
+        f"reads {SCHEMA_VERSION} (open it once with Memory.open to migrate, or use "
+        "the toki that wrote it); nothing was changed"
+    )
