@@ -128,7 +128,7 @@ def _rows_core(d: dict[str, Any] | None) -> list[Row]:
     hot = d.get("write_path_hot_key")
     if hot:
         rows.append(Row("core", f"write path, hot key: Memory.supersede, {fmt(hot['writes'])} "
-                        "writes on one key (O(n) each, see docs/concepts.md)",
+                        "writes on one supersede chain (O(log n) each, see docs/concepts.md)",
                         f"{fmt(hot['writes_per_s'], 'writes/s')} (first / last 1,000: "
                         f"{fmt(hot.get('writes_per_s_first_1000'))} / "
                         f"{fmt(hot.get('writes_per_s_last_1000'))})", "—", "—"))
@@ -435,9 +435,8 @@ def growth(results: dict[str, dict[str, Any] | None]) -> list[str]:
         lines += _table("**n conflicting values on one key** (`python -m benchmarks.bench_growth`"
                         "; exponent = least-squares log-log slope over all n, last decade = "
                         "slope between the two largest n; the targets take the larger; writes "
-                        "are O(n) each: a write folds into a shallow copy of its key's state "
-                        "and rewrites the key's projection row, which names every live "
-                        "version, here all n):",
+                        "are O(n) each: a write rewrites the key's projection row, which names "
+                        "every live version, here all n):",
                         ["n", "events", "events/assertion", "writes (all n)",
                          "resolve_at now", "past valid time", "past system time"], body)
     check = results.get("check")

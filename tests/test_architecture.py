@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     # 0 foundations: no toki imports but each other
-    ("toki.errors", "toki.time", "toki.canonical", "toki.isolation", "toki.cli_parser"),
+    ("toki.errors", "toki.time", "toki.canonical", "toki.isolation", "toki.overlay",
+     "toki.cli_parser"),
     # 1 values: facts, events, the chain, judges
     ("toki.model", "toki.log", "toki.chain", "toki.conflicts", "toki.judge", "toki.llm"),
     # 2 the algebra and the fold

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 
@@ -21,6 +23,7 @@ from tests.test_conflict_groups import workload
 from toki import FactKey, FactVersion, Lifecycle, Memory
 from toki.errors import TokiError
 from toki.log import Event
+from toki.overlay import Sorted, TailOverlay
 from toki.replay import KeyState, Snapshot, replay
 from toki.time import format_instant
 
@@ -355,8 +358,19 @@ _STATE_FIELDS = (
 _BUILT_FIELDS = ("standing", "by_end", "active", "proposed_pending", "closed_by")
 
 
+def _plain(container: object) -> object:
+    """A state's container as a plain dict, set or list (a fork's are overlays on those)."""
+    if isinstance(container, Mapping):
+        return dict(container)
+    if isinstance(container, AbstractSet):
+        return set(container)
+    if isinstance(container, (Sorted, list, TailOverlay)):
+        return list(container)
+    return container
+
+
 def _fields(state: KeyState, names: tuple[str, ...]) -> dict:
-    out = {name: getattr(state, name) for name in names}
+    out = {name: _plain(getattr(state, name)) for name in names}
     out["groups"] = (
         {g: (dict(grp.joined), dict(grp.left)) for g, grp in state.groups.groups.items()},
         dict(state.groups.of),

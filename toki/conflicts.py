@@ -25,11 +25,13 @@ pairs in `KeyState` and are listed beside the groups.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from toki.overlay import DictOverlay
 
 __all__ = ["ConflictGroups", "Group"]
 
@@ -65,8 +67,8 @@ class ConflictGroups:
     __slots__ = ("_owned", "groups", "of")
 
     def __init__(self) -> None:
-        self.groups: dict[str, Group] = {}
-        self.of: dict[str, tuple[str, ...]] = {}
+        self.groups: MutableMapping[str, Group] = {}
+        self.of: MutableMapping[str, tuple[str, ...]] = {}
         self._owned: set[str] | None = None  # None: every group is this object's own
 
     def __bool__(self) -> bool:
@@ -80,6 +82,15 @@ class ConflictGroups:
         copy.of = dict(self.of)  # values are tuples: never changed in place
         copy._owned = set()
         self._owned = set()
+        return copy
+
+    def fork(self) -> ConflictGroups:
+        """A write's scratch copy in O(1) (toki.overlay): it reads through to these groups,
+        which must not change while it is used, and copies a group before changing it."""
+        copy = ConflictGroups()
+        copy.groups = DictOverlay(self.groups)
+        copy.of = DictOverlay(self.of)
+        copy._owned = set()
         return copy
 
     # -- folding ---------------------------------------------------------------------------

@@ -43,8 +43,9 @@ class Partition:
     @classmethod
     def of_snapshot(cls, keys: Iterable[FactKey], live: Snapshot, base_seq: int) -> Partition:
         """The partition of a single-writer store, taken from the caught-up live snapshot
-        under the writer lock: clones of its keys' states (no replay), so that folding the
-        write's events for the projection rows leaves the live state untouched."""
+        under the writer lock: forks of its keys' states (no replay, no copy: a fork reads
+        through to the live state, which nothing changes until this write is over), so that
+        folding the write's events for the projection rows leaves the live state untouched."""
         part = cls(keys, (), base_seq)
         snap = part.snapshot
         snap.judge_log = live.judge_log  # read-only here: new verdicts go to ctx.new_calls
@@ -52,8 +53,7 @@ class Partition:
             state = live.keys.get(key)
             if state is None:
                 continue
-            state._ensure_built()  # a cache the live state then maintains per event
-            snap.keys[key] = state.clone()
+            snap.keys[key] = state.fork()
             part._key_seq[key] = state.last_key_seq
         snap.holds.update((t, k) for t, k in live.holds.items() if k in part.keys)
         snap.watermark = live.watermark

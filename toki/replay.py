@@ -19,8 +19,8 @@ Semantics (DESIGN §2):
 from __future__ import annotations
 
 import gc
-from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterable, Iterator, Mapping
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, MutableSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -32,6 +32,7 @@ from toki.conflicts import ConflictGroups
 from toki.judge import JudgeLog, Verdict
 from toki.log import CONFIG_KEY, Event, EventKind
 from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution
+from toki.overlay import Appended, DictOverlay, SetOverlay, Sorted, SortedOverlay, TailOverlay
 from toki.time import BoundSource, Interval, format_instant, parse_instant
 
 __all__ = ["KeyState", "KeySummary", "Snapshot", "gc_paused", "replay"]
@@ -134,31 +135,31 @@ class KeyState:
     """Everything the log says about one fact key."""
 
     key: FactKey
-    versions: dict[str, FactVersion] = field(default_factory=dict)
-    proposed: set[str] = field(default_factory=set)
-    settled: set[str] = field(default_factory=set)  # HOLD tokens confirmed or rejected
-    confirmed: dict[str, datetime] = field(default_factory=dict)
-    # Values of the per-version maps are immutable (tuples, frozensets): a write folds into a
-    # clone of its key's state, and a clone then copies one pointer per entry, not a container
-    closings: dict[str, tuple[Closing, ...]] = field(default_factory=dict)
-    revoked: dict[str, tuple[datetime, str]] = field(default_factory=dict)
-    conflicts_opened: dict[tuple[str, str], datetime] = field(default_factory=dict)
-    conflicts_resolved: dict[tuple[str, str], tuple[datetime, str | None]] = field(
+    # The containers are dicts, sets and lists, or in a write's fork overlays on those
+    # (toki.overlay); values are immutable (tuples, frozensets), never changed in place.
+    versions: MutableMapping[str, FactVersion] = field(default_factory=dict)
+    proposed: MutableSet[str] = field(default_factory=set)
+    settled: MutableSet[str] = field(default_factory=set)  # HOLD tokens confirmed or rejected
+    confirmed: MutableMapping[str, datetime] = field(default_factory=dict)
+    closings: MutableMapping[str, tuple[Closing, ...]] = field(default_factory=dict)
+    revoked: MutableMapping[str, tuple[datetime, str]] = field(default_factory=dict)
+    conflicts_opened: MutableMapping[tuple[str, str], datetime] = field(default_factory=dict)
+    conflicts_resolved: MutableMapping[tuple[str, str], tuple[datetime, str | None]] = field(
         default_factory=dict
     )
-    conflicts_of: dict[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
+    conflicts_of: MutableMapping[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
     groups: ConflictGroups = field(default_factory=ConflictGroups)
-    decisions: list[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
-    policies: list[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
-    configs: list[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
+    decisions: Appended[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
+    policies: Appended[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
+    configs: Appended[tuple[datetime, Mapping[str, Any]]] = field(default_factory=list)
     last_key_seq: int = 0
-    times: list[datetime] = field(default_factory=list)
+    times: Sorted[datetime] = field(default_factory=Sorted)
     # The latest epoch, maintained incrementally so that writes on a hot key stay O(log n):
-    standing: dict[str, tuple[int, int]] = field(default_factory=dict)  # eff bounds, µs
-    by_end: list[tuple[int, str]] = field(default_factory=list)  # standing, sorted by end
-    active: set[str] = field(default_factory=set)
-    proposed_pending: set[str] = field(default_factory=set)
-    closed_by: dict[str, frozenset[str]] = field(default_factory=dict)  # new -> olds, once built
+    standing: MutableMapping[str, tuple[int, int]] = field(default_factory=dict)  # eff, µs
+    by_end: Sorted[tuple[int, str]] = field(default_factory=Sorted)  # standing, by end
+    active: MutableSet[str] = field(default_factory=set)
+    proposed_pending: MutableSet[str] = field(default_factory=set)
+    closed_by: MutableMapping[str, frozenset[str]] = field(default_factory=dict)  # new -> olds
     _built: bool = False  # latest-epoch structures are built on first use, then maintained
     _indexes: dict[int, _Index] = field(default_factory=dict)
 
@@ -223,17 +224,43 @@ class KeyState:
                 self._refresh(vid)
         if event.key_seq > self.last_key_seq:
             self.last_key_seq = event.key_seq
-        times = self.times
-        if not times or at >= times[-1]:
+        if self.times.add(at):
             if self._indexes:
-                self._indexes.pop(len(times), None)  # earlier epochs are unchanged
-            times.append(at)
+                self._indexes.pop(len(self.times) - 1, None)  # earlier epochs are unchanged
         else:  # a late arrival shifts every later epoch
-            insort(times, at)
             self._indexes.clear()
 
+    def fork(self) -> KeyState:
+        """A scratch state for a write, O(1): it reads through to this one and records only
+        its own changes (toki.overlay), so this one must not change while the fork is used."""
+        self._ensure_built()  # a cache this state then maintains per event
+        return KeyState(
+            key=self.key,
+            versions=DictOverlay(self.versions),
+            proposed=SetOverlay(self.proposed),
+            settled=SetOverlay(self.settled),
+            confirmed=DictOverlay(self.confirmed),
+            closings=DictOverlay(self.closings),
+            revoked=DictOverlay(self.revoked),
+            conflicts_opened=DictOverlay(self.conflicts_opened),
+            conflicts_resolved=DictOverlay(self.conflicts_resolved),
+            conflicts_of=DictOverlay(self.conflicts_of),
+            decisions=TailOverlay(self.decisions),
+            policies=TailOverlay(self.policies),
+            configs=TailOverlay(self.configs),
+            last_key_seq=self.last_key_seq,
+            times=SortedOverlay(self.times),
+            standing=DictOverlay(self.standing),
+            by_end=SortedOverlay(self.by_end),
+            active=SetOverlay(self.active),
+            proposed_pending=SetOverlay(self.proposed_pending),
+            closed_by=DictOverlay(self.closed_by),
+            groups=self.groups.fork(),
+            _built=True,
+        )
+
     def clone(self) -> KeyState:
-        """An independent copy (a write folds its events into a clone before it commits)."""
+        """An independent copy that outlives later changes to this one (a state a Db holds)."""
         return KeyState(
             key=self.key,
             versions=dict(self.versions),
@@ -249,9 +276,9 @@ class KeyState:
             policies=list(self.policies),
             configs=list(self.configs),
             last_key_seq=self.last_key_seq,
-            times=list(self.times),
+            times=self.times.copy(),
             standing=dict(self.standing),
-            by_end=list(self.by_end),
+            by_end=self.by_end.copy(),
             active=set(self.active),
             proposed_pending=set(self.proposed_pending),
             closed_by=dict(self.closed_by),
@@ -280,7 +307,7 @@ class KeyState:
         """Recompute one version's place in the latest-epoch structures."""
         old = self.standing.pop(vid, None)
         if old is not None:
-            del self.by_end[bisect_left(self.by_end, (old[1], vid))]
+            self.by_end.remove((old[1], vid))
         self.active.discard(vid)
         self.proposed_pending.discard(vid)
         if vid not in self.versions:
@@ -296,7 +323,7 @@ class KeyState:
             _MAX if eff.end is None else _us(eff.end),
         )
         self.standing[vid] = bounds
-        insort(self.by_end, (bounds[1], vid))
+        self.by_end.add((bounds[1], vid))
         if life is Lifecycle.ACTIVE:
             self.active.add(vid)
         elif life is Lifecycle.PROPOSED:
@@ -307,11 +334,11 @@ class KeyState:
         self._ensure_built()
         start = _MIN if valid.start is None else _us(valid.start)
         end = _MAX if valid.end is None else _us(valid.end)
-        by_end, standing = self.by_end, self.standing
-        first = bisect_right(by_end, (start, "\uffff"))  # every later one ends after `start`
+        standing = self.standing
+        later = self.by_end.after((start, "\uffff"))  # every one ends after `start`
         if end == _MAX:  # and all of those start before an open end
-            return [vid for _, vid in by_end[first:]]
-        return [vid for _, vid in by_end[first:] if standing[vid][0] < end]
+            return [vid for _, vid in later]
+        return [vid for _, vid in later if standing[vid][0] < end]
 
     # -- per-version questions ---------------------------------------------------------------
 
@@ -395,7 +422,7 @@ class KeyState:
     # -- answering ---------------------------------------------------------------------------
 
     def _index(self, as_of: datetime | None) -> _Index:
-        epoch = len(self.times) if as_of is None else bisect_right(self.times, as_of)
+        epoch = len(self.times) if as_of is None else self.times.count_to(as_of)
         cached = self._indexes.get(epoch)
         if cached is not None:
             return cached
@@ -426,13 +453,14 @@ class KeyState:
     def eligible(self, valid_at: datetime, as_of: datetime | None = None) -> list[str]:
         """Versions that held at `valid_at` as known at `as_of` (sorted by start)."""
         at = _us(valid_at)
-        if as_of is None or (self.times and as_of >= self.times[-1]):
+        last = self.times.last()
+        if as_of is None or (last is not None and as_of >= last):
             self._ensure_built()
-            first = bisect_right(self.by_end, (at, "\uffff"))
-            if len(self.by_end) - first <= _SHORT_SUFFIX:  # e.g. "now": only open intervals
+            after = (at, "\uffff")
+            if len(self.by_end) - self.by_end.count_to(after) <= _SHORT_SUFFIX:  # e.g. "now"
                 hits = [
                     (self.standing[vid][0], vid)
-                    for _, vid in self.by_end[first:]
+                    for _, vid in self.by_end.after(after)
                     if self.standing[vid][0] <= at and vid not in self.proposed_pending
                 ]
                 return [vid for _, vid in sorted(hits)]
@@ -485,11 +513,10 @@ class KeyState:
         live = sorted(self.active)
         versions, by_end = self.versions, self.by_end
         values = [[vid, versions[vid].value_json] for vid in live]
-        first_open = bisect_left(by_end, (_MAX, ""))
-        open_intervals = len(by_end) - first_open
+        open_intervals = len(by_end) - by_end.count_before((_MAX, ""))
         if self.proposed_pending:
             pending = self.proposed_pending
-            open_intervals -= sum(1 for _, vid in by_end[first_open:] if vid in pending)
+            open_intervals -= sum(1 for _, vid in by_end.from_((_MAX, "")) if vid in pending)
         conflicts = self.open_conflicts()
         return KeySummary(
             value_hash=digest(canonical_json_of_text(values)),
@@ -651,7 +678,7 @@ class Snapshot:
         dedupe: skip (and record) seen events; False when the caller has done both."""
         seen, version_key, key = self.seen, self.version_key, state.key
         versions, proposed, closings = state.versions, state.proposed, state.closings
-        times = state.times
+        times = state.times.items  # never an overlay: a fork is folded through `apply`
         ordered = True  # whether the inline path appended `times` in order
         top = key_seq = 0
         for event in events:
