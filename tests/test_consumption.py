@@ -293,3 +293,18 @@ def test_revoke_source_equals_revoking_each_version_by_hand(
     replayed = Memory.replay(by_source.events())
     assert replayed.state_hash() == by_source.state_hash()
     assert all(by_source.lifecycle(v).value == "REVOKED" for v in impact.versions)
+
+
+def test_a_read_verifies_whatever_order_its_version_ids_were_listed_in() -> None:
+    """Versions that start together were listed in another order by earlier releases (by id
+    on the current path); the answer is the same set of versions, so the read still verifies,
+    while a different set does not."""
+    from dataclasses import replace
+
+    from toki.consumption import same_read
+    from toki.model import Resolution
+
+    a = Resolution("conflict", None, ("v-b", "v-a"), (("v-a", "v-b"),))
+    assert same_read(a, replace(a, version_ids=("v-a", "v-b")))
+    assert not same_read(a, replace(a, version_ids=("v-a", "v-c")))
+    assert not same_read(a, replace(a, kind="value"))

@@ -8,7 +8,7 @@ from collections.abc import Set as AbstractSet
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import given, note, settings
+from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -111,6 +111,9 @@ def test_any_delivery_order_with_duplicates_gives_the_same_state(
 
 @settings(max_examples=40)
 @given(seed=st.integers(0, 10**6), as_of_day=st.integers(-1, 80), valid_day=st.integers(-5, 150))
+# two versions that start together: the current path listed them by id, the as-of index by
+# (start, end, id) (found by a random run while the hot-key fork was tested)
+@example(seed=185, as_of_day=19, valid_day=7)
 def test_as_of_answers_equal_a_replay_cut_at_that_time(
     seed: int, as_of_day: int, valid_day: int
 ) -> None:

@@ -451,7 +451,9 @@ class KeyState:
         return index
 
     def eligible(self, valid_at: datetime, as_of: datetime | None = None) -> list[str]:
-        """Versions that held at `valid_at` as known at `as_of` (sorted by start)."""
+        """Versions that held at `valid_at` as known at `as_of`, sorted by (start, end, id) on
+        both paths (the latest epoch's short suffix and the epoch index), so a current read
+        and an as-of read of the same state list them in the same order."""
         at = _us(valid_at)
         last = self.times.last()
         if as_of is None or (last is not None and as_of >= last):
@@ -459,11 +461,11 @@ class KeyState:
             after = (at, "\uffff")
             if len(self.by_end) - self.by_end.count_to(after) <= _SHORT_SUFFIX:  # e.g. "now"
                 hits = [
-                    (self.standing[vid][0], vid)
+                    (*self.standing[vid], vid)  # (start, end, id): the index's order
                     for _, vid in self.by_end.after(after)
                     if self.standing[vid][0] <= at and vid not in self.proposed_pending
                 ]
-                return [vid for _, vid in sorted(hits)]
+                return [vid for _, _, vid in sorted(hits)]
         return self._index(as_of).stab(at)
 
     def resolve(self, valid_at: datetime, as_of: datetime | None = None) -> Resolution:
