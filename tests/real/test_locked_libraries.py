@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +92,33 @@ def test_the_made_environment_imports_the_library(name: str, code: str) -> None:
         )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] in {"SyncServer", "add"}
+
+
+@pytest.mark.slow
+def test_letta_runs_on_its_own_postgres_with_pgvector_and_no_network() -> None:
+    """The Letta smoke run (toki/real/inenv/letta_db.py): pgserver's PostgreSQL 16 on a Unix
+    socket, Letta's schema, an agent with a core-memory block, the block updated through the
+    block manager; Letta's own engine must be served by that server, not the machine's."""
+    library = ENVIRONMENTS["letta-0.16.8"]
+    try:
+        python = envs.python_for(library.name, library.lock)
+    except EnvironmentMissing as exc:
+        pytest.skip(str(exc))
+    real = str(Path(envs.__file__).parent)
+    done = subprocess.run(
+        [python, "-m", "inenv.letta_db"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": real},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out["network"] == []
+    assert out["letta_engine_server"].startswith("PostgreSQL 16.")
+    assert "0.6.2" in out["server"]  # pgvector's extversion
+    assert out["value_before"] == "alice lives in paris"
+    assert out["value_after"] == "alice lives in rome" and out["agent_sees"] == [out["value_after"]]
+    assert out["block_row"] == ["alice lives in rome", 2]  # the ORM's optimistic-lock version
+    assert not Path(out["uri"].split("host=", 1)[1]).exists(), "the temp dir is left behind"
