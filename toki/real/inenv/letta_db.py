@@ -130,7 +130,7 @@ async def _smoke() -> dict[str, Any]:
         "block": block.id,
         "value_before": block.value,
         "value_after": again.value if again else None,
-            "agent_sees": [b.value for b in state.memory.blocks if b.label == "shared"],
+        "agent_sees": [b.value for b in state.memory.blocks if b.label == "shared"],
     }
 
 
