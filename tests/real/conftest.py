@@ -64,3 +64,8 @@ def langchain() -> Iterator[Session]:
     """One worker for the three systems of the langgraph-1.2.24 environment (the adapter
     is the same; each run's config names the store or LangMem)."""
     yield from session_for("langmem-0.0.30")
+
+
+@pytest.fixture(scope="module")
+def letta() -> Iterator[Session]:
+    yield from session_for("letta-0.16.8")

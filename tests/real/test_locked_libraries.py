@@ -1,13 +1,17 @@
-"""Libraries with a locked environment but no adapter yet (Letta, Cognee; issue #33).
+"""Large locked environments of issue #33: Cognee (no adapter yet) and Letta (an adapter,
+tests/real/test_letta.py).
 
 `toki real setup letta` must make their environment from the lock file, while `setup all`
-(what CI runs) must leave them out until an adapter and tests use them."""
+(what CI runs) must leave them out: Cognee until an adapter uses it, Letta while its
+system says `in_setup_all=False`."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -53,6 +57,7 @@ def test_setup_all_leaves_out_libraries_without_an_adapter(
     monkeypatch.setattr(systems, "setup_system", fake)
     assert main(["setup", "all", "--json"]) == 0
     assert asked and not set(asked) & set(ENVIRONMENTS)
+    assert "letta-0.16.8" not in asked and not SYSTEMS["letta-0.16.8"].in_setup_all
     asked.clear()
     assert main(["setup", "letta", "--json"]) == 0
     assert asked == ["letta-0.16.8"]
@@ -74,19 +79,50 @@ def test_an_unknown_setup_name_is_one_clear_error(capsys: pytest.CaptureFixture[
 )
 def test_the_made_environment_imports_the_library(name: str, code: str) -> None:
     """Only where `toki real setup NAME` was run (CI does not make these environments)."""
-    library = ENVIRONMENTS[name]
-    try:
-        python = envs.python_for(library.name, library.lock)
-    except EnvironmentMissing as exc:
-        pytest.skip(str(exc))
+    python, env = _python(name)
     with tempfile.TemporaryDirectory() as home:
         done = subprocess.run(
             [python, "-c", code],
             capture_output=True,
             text=True,
             timeout=300,
-            env={**library.env, "HOME": home, "PATH": "/usr/bin:/bin"},
+            env={**env, "HOME": home, "PATH": "/usr/bin:/bin"},
             check=False,
         )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] in {"SyncServer", "add"}
+
+
+def _python(name: str) -> tuple[str, dict[str, str]]:
+    """The environment's interpreter (skips where it was not made) and its variables."""
+    library = ENVIRONMENTS[name] if name in ENVIRONMENTS else SYSTEMS[name]
+    try:
+        return envs.python_for(name, library.lock), dict(library.env)
+    except EnvironmentMissing as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.mark.slow
+def test_letta_runs_on_its_own_postgres_with_pgvector_and_no_network() -> None:
+    """The Letta smoke run (toki/real/inenv/letta_db.py): pgserver's PostgreSQL 16 on a Unix
+    socket, Letta's schema, an agent with a core-memory block, the block updated through the
+    block manager; Letta's own engine must be served by that server, not the machine's."""
+    python, _ = _python("letta-0.16.8")
+    real = str(Path(envs.__file__).parent)
+    done = subprocess.run(
+        [python, "-m", "inenv.letta_db"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": real},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out["network"] == []
+    assert out["letta_engine_server"].startswith("PostgreSQL 16.")
+    assert "0.6.2" in out["server"]  # pgvector's extversion
+    assert out["value_before"] == "alice lives in paris"
+    assert out["value_after"] == "alice lives in rome" and out["agent_sees"] == [out["value_after"]]
+    assert out["block_row"] == ["alice lives in rome", 2]  # the ORM's optimistic-lock version
+    assert not Path(out["uri"].split("host=", 1)[1]).exists(), "the temp dir is left behind"

@@ -102,7 +102,7 @@ def _cmd_setup(args: argparse.Namespace) -> int:
         # one system per environment (systems that share a lock file share it)
         first: dict[str, str] = {}
         for n in sorted(SYSTEMS):
-            if SYSTEMS[n].lock is not None:
+            if SYSTEMS[n].lock is not None and SYSTEMS[n].in_setup_all:
                 first.setdefault(SYSTEMS[n].env_name, n)
         names = sorted(first.values())
     else:
@@ -271,8 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("setup", help="create a system's environment from its lock file")
     st.add_argument(
         "system",
-        help="a system name, a locked library (letta, cognee), or 'all' (every system "
-        "with an adapter and a lock file)",
+        help="a system name, a locked library (cognee), or 'all' (every system with an "
+        "adapter and a lock file, except letta's 1.1 GB environment)",
     )
     st.add_argument("--force", action="store_true", help="recreate even if cached")
     st.add_argument("--json", action="store_true", help="machine-readable output")

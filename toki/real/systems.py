@@ -11,6 +11,7 @@ from toki.errors import InvalidInput
 from toki.real.adapter import RealSystem
 from toki.real.adapters.graphiti import GraphitiHost
 from toki.real.adapters.langchain import LangGraphStoreHost, LangMemHost
+from toki.real.adapters.letta import LettaHost
 from toki.real.adapters.mem0 import Mem0Host
 from toki.real.adapters.toki_memory import TokiHost
 from toki.real.deploy import Processes
@@ -327,6 +328,32 @@ SYSTEMS["langmem-0.0.30"] = RealSystem(
         "store = InMemoryStore without an index (search lists the namespace)",
     ),
 )
+SYSTEMS["letta-0.16.8"] = RealSystem(
+    name="letta-0.16.8",
+    title="Letta 0.16.8 server library: agents editing one shared core-memory block, "
+    "PostgreSQL 16 + pgvector (pgserver)",
+    library="letta",
+    version="0.16.8",
+    module="letta.server.server",  # the server (SyncServer), not only the package
+    adapter="letta",
+    host=LettaHost(),
+    lock="letta-0.16.8.txt",  # telemetry (Datadog, OTEL) is off unless configured
+    model=None,  # no matrix row yet: the model row stays model-only (issue #33)
+    intercepted=(
+        "SQL: every statement of Letta's engine on block, blocks_agents, agents, messages "
+        "(select reads its tables, update / insert / delete writes its target); statements "
+        "after a transaction's first write run inside that point",
+        "LLM: the tool call of a step (core_memory_append / core_memory_replace / none)",
+        "uuid4 in Letta's id generator (one stream per agent)",
+    ),
+    simplified=(
+        "a step is Letta's tool path without its agent loop: load the agent state, the LLM "
+        "gate point answers the tool call, LettaCoreToolExecutor runs it (the messages of "
+        "the step, and its provider trace, are not persisted)",
+        "the schema is create_all plus the message sequence, not Letta's migrations",
+    ),
+    in_setup_all=False,  # a 1.1 GB environment: CI does not make it (yet)
+)
 
 ALIASES = {
     "mem0-2.x": "mem0-2.2.1",
@@ -334,6 +361,7 @@ ALIASES = {
     "toki": "toki-memory",
     "graphiti": "graphiti-0.31.2",
     "langmem": "langmem-0.0.30",
+    "letta": "letta-0.16.8",
 }
 
 
@@ -369,13 +397,6 @@ class LockedLibrary:
 
 
 ENVIRONMENTS: dict[str, LockedLibrary] = {
-    "letta-0.16.8": LockedLibrary(
-        name="letta-0.16.8",
-        library="letta",
-        version="0.16.8",
-        module="letta.server.server",  # the server (SyncServer), not only the package
-        lock="letta-0.16.8.txt",  # telemetry (Datadog, OTEL) is off unless configured
-    ),
     "cognee-1.6.5": LockedLibrary(
         name="cognee-1.6.5",
         library="cognee",
@@ -386,7 +407,6 @@ ENVIRONMENTS: dict[str, LockedLibrary] = {
         env={"TELEMETRY_DISABLED": "1", "ENABLE_BACKEND_ACCESS_CONTROL": "false"},
     ),
 }
-ALIASES["letta"] = "letta-0.16.8"
 ALIASES["cognee"] = "cognee-1.6.5"
 
 

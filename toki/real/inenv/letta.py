@@ -1,0 +1,241 @@
+"""Letta 0.16.8's server library: agents editing one shared core-memory block.
+
+Built at import of the worker: a private PostgreSQL 16 with pgvector (`letta_db.start`, a
+socket in the worker's scratch folder), `LETTA_PG_URI` pointing at it, Letta's schema; then
+`letta` is imported (it reads its settings at import). `open` empties every table and makes
+the default organization and user, one block "shared" and one Letta agent per workload agent
+with that block attached (ids fixed, so runs are comparable).
+
+An agent's claim "<key> is <value>" runs Letta's own core-memory tool path: the agent's
+state is loaded (`agent_manager.get_agent_by_id_async`, as a step begins), the LLM gate
+point "llm.tool" shows the host the block as the agent sees it and the host answers the tool
+call (`core_memory_replace` of the key's line, `core_memory_append` of a new line, or none),
+and `LettaCoreToolExecutor` runs it: the new value is computed from the loaded state and
+written by `agent_manager.update_memory_if_changed_async` through
+`block_manager.update_block_async` (Letta's comment there: "update the blocks (LRW)").
+
+Gate points: every SQL statement Letta's engine runs on the tables the agents write (block:
+the tool's update; messages: the system prompt rebuilt for every agent of the block), before
+it runs ("sql.select" reads its tables;
+"sql.update" / "sql.insert" / "sql.delete" writes its target). Statements after the first
+write of a transaction run inside that point: a transaction parked while holding a row lock
+would block the other agent inside PostgreSQL, where no gate point can release it. A write
+to any other table raises (no footprint covers it), so reads of the other tables (agents,
+tools, blocks_agents, ...) commute with everything and need no gate point. uuid4 in Letta's
+id generator draws from one stream per agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import importlib.metadata
+import os
+import re
+import tempfile
+import types
+import uuid as _uuid
+from typing import Any
+
+from . import letta_db, stubs
+from .controller import Controller
+
+__all__ = ["Adapter"]
+
+GATED = frozenset({"block", "messages"})  # what the agents write (checked: others raise)
+LABEL = "shared"
+_TABLES = re.compile(r'\b(?:FROM|JOIN|UPDATE|INTO)\s+"?(\w+)"?', re.I)
+_WRITE = re.compile(r'^\s*(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+"?(\w+)"?', re.I)
+_BLOCK_ID = "block-00000000-0000-4000-8000-00000000b10c"
+_TRUNCATE_SKIP = {"alembic_version"}
+
+
+def agent_id(n: int) -> str:
+    return f"agent-00000000-0000-4000-8000-{n:012d}"
+
+
+class Adapter:
+    """The in-environment half of the Letta adapter."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        self.root = tempfile.mkdtemp(prefix="toki-letta-")
+        os.environ["HOME"] = self.root  # LettaConfig writes ~/.letta/config
+        self.server, self.uri = letta_db.start(self.root)
+        atexit.unregister(self.server._cleanup)  # stopped by close(), before root goes
+        os.environ["LETTA_PG_URI"] = self.uri
+        letta_db.create_schema(self.uri)
+        import letta.schemas.letta_base as letta_base
+        from letta.server.db import engine
+        from letta.server.server import SyncServer
+        from sqlalchemy import create_engine, event, text
+
+        letta_base.uuid = types.SimpleNamespace(**{**vars(_uuid), "uuid4": stubs.uuid4})
+        self.version = importlib.metadata.version("letta")
+        self.text = text
+        self.sync = create_engine(self.uri.replace("postgresql://", "postgresql+psycopg2://"))
+        with self.sync.connect() as conn:
+            self.tables = sorted(
+                r[0]
+                for r in conn.execute(
+                    text("select tablename from pg_tables where schemaname = 'public'")
+                )
+                if r[0] not in _TRUNCATE_SKIP
+            )
+        self.letta = SyncServer(init_with_default_org_and_user=False)
+        self.agents: list[str] = []
+        self.user: Any = None
+        event.listen(engine.sync_engine, "before_cursor_execute", self._gate)
+        event.listen(engine.sync_engine, "commit", self._clean)
+        event.listen(engine.sync_engine, "rollback", self._clean)
+
+    # -- gate points ------------------------------------------------------------------------
+
+    def _gate(self, conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
+        if self.controller.agent() is None or conn.info.get("toki_dirty"):
+            return
+        write = _WRITE.match(statement)
+        tables = {t.lower() for t in _TABLES.findall(statement)}
+        if write is not None:
+            target = write.group(2).lower()
+            if target not in GATED:
+                raise RuntimeError(f"toki.real letta: ungated write to table {target!r}")
+            verb = write.group(1).split()[0].lower()
+            conn.info["toki_dirty"] = True
+            reads = sorted((tables & GATED) - {target})
+            self.controller.gate(
+                "sql",
+                f"sql.{verb}",
+                {"table": target},
+                [("table", t) for t in reads],
+                [("table", target)],
+            )
+            return
+        touched = sorted(tables & GATED)
+        if touched:
+            reads = [("table", t) for t in touched]
+            self.controller.gate("sql", "sql.select", {"tables": touched}, reads)
+
+    @staticmethod
+    def _clean(conn: Any) -> None:
+        conn.info.pop("toki_dirty", None)
+
+    # -- the worker protocol ----------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        return {"library": "letta", "version": self.version}
+
+    def open(self, config: dict[str, Any]) -> None:
+        with self.sync.begin() as conn:
+            conn.execute(self.text(f"truncate {', '.join(self.tables)} restart identity cascade"))
+        n = int(config.get("agents") or 2)
+        self.agents = [agent_id(i) for i in range(n)]
+        asyncio.run(self._build(str(config.get("initial") or "")))
+
+    async def _build(self, initial: str) -> None:
+        from letta.schemas.agent import CreateAgent
+        from letta.schemas.block import Block
+        from letta.schemas.embedding_config import EmbeddingConfig
+        from letta.schemas.llm_config import LLMConfig
+
+        s = self.letta
+        org = await s.organization_manager.create_default_organization_async()
+        self.user = await s.user_manager.create_default_actor_async(org_id=org.id)
+        await s.block_manager.create_or_update_block_async(
+            Block(id=_BLOCK_ID, label=LABEL, value=initial, limit=100_000), actor=self.user
+        )
+        for n, aid in enumerate(self.agents):
+            await s.agent_manager.create_agent_async(
+                CreateAgent(
+                    name=f"agent{n}",
+                    block_ids=[_BLOCK_ID],
+                    llm_config=LLMConfig(
+                        model="stub",
+                        model_endpoint_type="openai",
+                        model_endpoint="http://127.0.0.1:9/v1",  # never called
+                        context_window=32_000,
+                    ),
+                    embedding_config=EmbeddingConfig(
+                        embedding_model="stub",
+                        embedding_endpoint_type="openai",
+                        embedding_endpoint="http://127.0.0.1:9/v1",
+                        embedding_dim=64,
+                    ),
+                    include_base_tools=False,
+                ),
+                actor=self.user,
+                _test_only_force_id=aid,
+            )
+
+    def agent_main(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
+        return asyncio.run(self._agent(agent, inbox))
+
+    async def _agent(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
+        from letta.services.tool_executor.core_tool_executor import LettaCoreToolExecutor
+
+        s = self.letta
+        executor = LettaCoreToolExecutor(
+            message_manager=s.message_manager,
+            agent_manager=s.agent_manager,
+            block_manager=s.block_manager,
+            run_manager=s.run_manager,
+            passage_manager=s.passage_manager,
+            actor=self.user,
+        )
+        out: list[Any] = []
+        for n, claim in enumerate(inbox):
+            self.controller.begin_claim(n)
+            try:
+                state = await s.agent_manager.get_agent_by_id_async(
+                    self.agents[agent], actor=self.user
+                )
+                seen = str(state.memory.get_block(LABEL).value)
+                call = self.controller.gate("llm", "llm.tool", {"claim": claim, "block": seen})
+                if not call:
+                    out.append("no tool call")
+                    continue
+                name, args = str(call["name"]), dict(call["args"])
+                await getattr(executor, name)(state, self.user, label=LABEL, **args)
+                out.append(name)
+            except Exception as exc:  # an application logs a failed step and goes on
+                out.append(f"error: {type(exc).__name__}: {exc}")
+        return out
+
+    def _block(self) -> dict[str, Any]:
+        with self.sync.connect() as conn:
+            row = conn.execute(
+                self.text("select value, version from block where id = :id"), {"id": _BLOCK_ID}
+            ).one_or_none()
+        return (
+            {"value": None, "version": None}
+            if row is None
+            else {
+                "value": str(row[0]),
+                "version": int(row[1]),
+            }
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"block": self._block()}
+
+    def observe(self) -> dict[str, Any]:
+        """The block through Letta's API (each agent's view) and its row."""
+
+        async def views() -> list[str]:
+            out = []
+            for aid in self.agents:
+                state = await self.letta.agent_manager.get_agent_by_id_async(aid, actor=self.user)
+                out.append(str(state.memory.get_block(LABEL).value))
+            return out
+
+        return {"block": self._block(), "agents_see": asyncio.run(views())}
+
+    def recover(self, config: dict[str, Any]) -> Any:
+        return None  # no log of edits: the block row is what survives
+
+    def on_crash(self, agent: int) -> None:
+        pass  # an abandoned agent's session is closed when its thread unwinds
+
+    def close(self) -> None:
+        self.sync.dispose()
+        self.server.cleanup()
