@@ -112,7 +112,6 @@ class RealSystem:
     crashes: str = "an agent abandoned between two gate points, the library's state as left"
     venv: str | None = None  # the environment it shares (by name); None: its own
     exhaustible: bool = True  # False: DPOR can never finish (async sibling order fixed)
-    in_setup_all: bool = True  # False: only `toki real setup NAME` makes its environment
 
     @property
     def env_name(self) -> str:

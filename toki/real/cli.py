@@ -102,7 +102,7 @@ def _cmd_setup(args: argparse.Namespace) -> int:
         # one system per environment (systems that share a lock file share it)
         first: dict[str, str] = {}
         for n in sorted(SYSTEMS):
-            if SYSTEMS[n].lock is not None and SYSTEMS[n].in_setup_all:
+            if SYSTEMS[n].lock is not None:
                 first.setdefault(SYSTEMS[n].env_name, n)
         names = sorted(first.values())
     else:

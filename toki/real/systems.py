@@ -352,7 +352,6 @@ SYSTEMS["letta-0.16.8"] = RealSystem(
         "the step, and its provider trace, are not persisted)",
         "the schema is create_all plus the message sequence, not Letta's migrations",
     ),
-    in_setup_all=False,  # a 1.1 GB environment: CI does not make it (yet)
 )
 
 ALIASES = {
