@@ -3,9 +3,13 @@ replayed by raw sqlite3 one transaction per write, leave exactly the rows toki w
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
+import pytest
+
 from benchmarks.bench_write_cost import (
+    Recorder,
     contents,
     make_writes,
     measure,
@@ -44,3 +48,14 @@ def test_measure_reports_the_ratio_and_statements(tmp_path: Path) -> None:
     counts = statement_counts(record(tmp_path / "again.db", writes)[0])
     assert m["statements"] == counts
     assert counts["by_statement"]["COMMIT"] == len(writes)
+
+
+def test_the_recorder_lets_no_statement_past_unrecorded() -> None:
+    conn = sqlite3.connect(":memory:")
+    rec = Recorder(conn)
+    rec.execute("SELECT ?", (1,))
+    assert rec.log == [("execute", "SELECT ?", (1,))] and not rec.in_transaction
+    for name in ("cursor", "executescript"):
+        with pytest.raises(AttributeError, match="does not record"):
+            getattr(rec, name)
+    conn.close()
