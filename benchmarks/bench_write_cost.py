@@ -14,7 +14,7 @@ Writes benchmarks/results/write_cost.json (full run only).
 
     python -m benchmarks.bench_write_cost            # 2,000 writes over 500 keys, best of 5
     python -m benchmarks.bench_write_cost --quick    # 300 writes
-    python -m benchmarks.bench_write_cost --profile  # also cProfile one toki run (top 25)
+    python -m benchmarks.bench_write_cost --profile  # also cProfile one toki run: µs per write by part
 """
 
 from __future__ import annotations
