@@ -41,6 +41,7 @@ SOURCES = {
     "toki_lib": "python -m benchmarks.bench_toki_lib --docs docs/exploration.md",
     "integrity": "python -m benchmarks.bench_integrity",
     "consumption": "python -m benchmarks.bench_consumption",
+    "write_cost": "python -m benchmarks.bench_write_cost",
 }
 
 ANCHOR_ELLE = "Jepsen Elle: ~100k-op histories in ~55-73 s on a 24-core Xeon (VLDB 2020, Fig. 4)"
@@ -372,13 +373,43 @@ def _rows_consumption(d: dict[str, Any] | None) -> list[Row]:
     ]
 
 
+def _rows_write_cost(d: dict[str, Any] | None) -> list[Row]:
+    """Per write: Memory.assert_fact on SQLite against sqlite3 replaying the statements toki
+    ran, one transaction per write, in the same run (issue #37)."""
+    if d is None:
+        return [Row("write cost", "assert_fact on SQLite vs sqlite3, same statements",
+                    missing("write_cost"), ">= 0.7 of sqlite3", "—")]
+    out = []
+    for sync, note in (("full", "toki's setting"), ("off", "both sides, benchmark only")):
+        m = d[sync]
+        out.append(Row(
+            "write cost", f"assert_fact on SQLite, {fmt(d['writes'])} writes over "
+            f"{fmt(d['keys'])} keys, synchronous={m['synchronous']} ({note}): toki / sqlite3 "
+            "running the same statements, one transaction per write; ratio",
+            f"{fmt(m['toki_writes_per_s'])} / {fmt(m['sqlite3_writes_per_s'], 'writes/s')}; "
+            f"{m['ratio']:.2f}", ">= 0.7" if sync == "full" else "—",
+            "— (sqlite3 replaying toki's recorded statements and rows, same run)"))
+    st = d["full"]["statements"]
+    out.append(Row("write cost", "statements per assert_fact (BEGIN IMMEDIATE and COMMIT "
+                   "included): 8, or 10 when the connection has not seen the key's id yet",
+                   fmt(st["per_write_mean"]), "—", "—"))
+    prof = d.get("profile_us_per_write_off")
+    if prof:
+        total = prof.pop("assert_fact in all")
+        out.append(Row("write cost", "where assert_fact's time goes (cProfile, synchronous=OFF; "
+                       "shares of the whole, parts nest: store.append includes its SQL)",
+                       "; ".join(f"{name} {v / total:.0%}" for name, v in prof.items()), "—",
+                       "—"))
+    return out
+
+
 def rows(results: dict[str, dict[str, Any] | None]) -> list[Row]:
     special = {"core": _rows_core, "algebra": _rows_algebra, "backends": _rows_backends,
                "sim": _rows_sim, "check": _rows_check, "proofs": _rows_proofs,
                "history": _rows_history, "toki_check": _rows_toki_check, "real": _rows_real,
                "growth": _rows_growth,
                "writers": _rows_writers, "integrity": _rows_integrity,
-               "consumption": _rows_consumption}
+               "consumption": _rows_consumption, "write_cost": _rows_write_cost}
     out: list[Row] = []
     for name, data in results.items():
         fn = special.get(name)

@@ -21,6 +21,7 @@ SCRIPTS = [
     "benchmarks.bench_integrity",
     "benchmarks.bench_consumption",
     "benchmarks.bench_show",
+    "benchmarks.bench_write_cost",
 ]
 
 
