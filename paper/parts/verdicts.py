@@ -87,6 +87,8 @@ def matrix(root: Path, m: Macros) -> Assets:
     rows = _csv_rows(text)
     if rows and "kind" in rows[0]:  # real rows (toki matrix --real) have a table of their own
         rows = [r for r in rows if r["kind"] != "real"] or rows
+    # the derived-state classes (model rows abstain there by rule) are not in this table
+    rows = [r for r in rows if r.get("anomaly") in MATRIX_NAMES] or rows
     if not {"system", "anomaly", "verdict", "faults"} <= set(rows[0]):
         m.missing(names, cmd)
         return {"tab_matrix.tex": _generic_table(rows),

@@ -433,7 +433,9 @@ def render_agreement(
         "its model's cell, by the same rules (`docs/verdict-matrix.md`), on the same judge "
         "draws: the model cell is re-decided on the seeds the real row ran (`seeds`) from the "
         "per-workload records. Agree: both admit, or neither found the anomaly (excludes / "
-        "not found); abstains and undecided cells are not compared. The ratio is real rate / "
+        "not found); abstains and undecided cells are not compared. Only N1-N3 are compared: "
+        "the derived-state columns are left out (every model abstains there by rule). The "
+        "ratio is real rate / "
         "model rate over those seeds with a 95 % percentile bootstrap interval (unit: the "
         "judge draw); a real schedule has many more steps than the model's, so rates are "
         "compared as a ratio, not read as equal.",

@@ -45,6 +45,7 @@ from toki.experiments.verdicts import (
     decide_cells,
     detection_power,
     inherit_fault_free,
+    model_derived_cells,
     shortest_witness,
 )
 
@@ -203,6 +204,7 @@ def cells(
                 )
                 cell = dataclasses.replace(cell, n2_origins=tuple(o for o in origins if o[1]))
             out_cells.append(cell)
+        out_cells += model_derived_cells(system, fault, exp)
     return out_cells
 
 

@@ -46,6 +46,13 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> dict[str, Any]:
         raise InvalidInput(
             "matrix.toml", f"unknown fault settings {unknown}", f"use {list(FAULTS)}"
         )
+    from toki.real.derived import DERIVED
+
+    unknown = [d for d in config["experiment"].get("derived", []) if d not in DERIVED]
+    if unknown:
+        raise InvalidInput(
+            "matrix.toml", f"unknown derived-state classes {unknown}", f"use {list(DERIVED)}"
+        )
     return config
 
 

@@ -22,7 +22,13 @@ from typing import Any
 
 from toki.experiments.exploration import explore_task, witness_name
 from toki.experiments.matrix_plan import SAMPLERS, plan, workload_of
-from toki.experiments.verdicts import CellData, cell_of, decide_cells, shortest_witness
+from toki.experiments.verdicts import (
+    CellData,
+    cell_of,
+    columns,
+    decide_cells,
+    shortest_witness,
+)
 
 __all__ = [
     "add_real_rows",
@@ -34,6 +40,8 @@ __all__ = [
 ]
 
 REAL_BUDGET = "real"
+
+
 def real_row_name(name: str) -> str:
     return f"{name} (real)"
 
@@ -80,6 +88,7 @@ def plan_real(
                     "system": real_row_name(name),
                     "real_system": name,
                     "model": model,
+                    "anomalies": columns(config["experiment"]),
                 }
             )
     return tasks
@@ -100,6 +109,7 @@ def run_real_task(task: Mapping[str, Any]) -> dict[str, Any]:
     workload = workload_of(task["workload"])
     judge_free = not getattr(get_system(task["model"]), "uses_judge", True)
     with open_session(system) as session:
+        reports: list[RealReport] = []
 
         def explore(strategy: str, seed: int, budget: int) -> RealReport:
             if task["crash_budget"] and strategy in SAMPLERS:
@@ -107,7 +117,7 @@ def run_real_task(task: Mapping[str, Any]) -> dict[str, Any]:
                 chosen: Any = CrashPoints(seed, depth)
             else:
                 chosen = make_strategy(strategy, seed, task["pct_depth"])
-            return explore_real(
+            report = explore_real(
                 system,
                 workload,
                 chosen,
@@ -116,14 +126,44 @@ def run_real_task(task: Mapping[str, Any]) -> dict[str, Any]:
                 budget=budget,
                 crash_budget=task["crash_budget"],
                 session=session,
+                anomalies=task["anomalies"],
             )
+            reports.append(report)
+            return report
 
         # a system whose DPOR can never finish (Graphiti: its async sibling tasks are
         # released in a fixed order) is sampled straight away
         record = explore_task(
             task, explore, dpor_possible=system.exhaustible, judge_free=judge_free
         )
-    return {**record, "real_system": task["real_system"], "model": task["model"]}
+    return {
+        **record,
+        "real_system": task["real_system"],
+        "model": task["model"],
+        "abstains": _abstains(reports, task["anomalies"]),
+    }
+
+
+def _abstains(reports: Sequence[Any], anomalies: Sequence[str]) -> dict[str, str]:
+    """The checks that abstained on every run of the task (none decided, none undecided
+    for another cause), with the checks' reasons: the adapter cannot read what they need."""
+    out = {}
+    for a in anomalies:
+        abstained = sum(r.abstained.get(a, 0) for r in reports)
+        decided = sum(r.checked.get(a, 0) for r in reports)
+        if abstained and not decided and abstained == sum(r.undecided.get(a, 0) for r in reports):
+            reasons = dict.fromkeys(r.abstain_reasons[a] for r in reports if a in r.abstain_reasons)
+            out[a] = "; ".join(reasons)
+    return out
+
+
+def check_abstains(results: Sequence[Mapping[str, Any]], anomaly: str) -> str:
+    """A real cell's abstention by its check: every workload's task abstained on every run
+    (the reason: the check's own), else ""."""
+    if not results or not all(anomaly in r.get("abstains", {}) for r in results):
+        return ""
+    reasons = dict.fromkeys(r["abstains"][anomaly] for r in results)
+    return f"the check abstains on every run: {'; '.join(reasons)}"
 
 
 def _verify_real(data: Mapping[str, Any], path: Path) -> bool:
@@ -141,7 +181,8 @@ def real_cells(
     config: Mapping[str, Any], results: Sequence[Mapping[str, Any]], out: Path | None
 ) -> list[CellData]:
     """`matrix.cells` for real results: the model's abstentions and judge declaration, the
-    witness replayed on the real code."""
+    witness replayed on the real code; the derived-state classes too (`derived`), which
+    abstain where the check does on every run (`check_abstains`)."""
     from toki.systems.registry import get_system
 
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -150,14 +191,15 @@ def real_cells(
     out_cells = []
     for (system, fault), rs in groups.items():
         model = get_system(rs[0]["model"])
-        for anomaly in config["experiment"]["anomalies"]:
+        for anomaly in columns(config["experiment"]):
             cell = cell_of(
                 system,
                 fault,
                 anomaly,
                 rs,
                 judge_free=not getattr(model, "uses_judge", True),
-                abstain_reason=str(dict(model.abstains).get(anomaly, "")),
+                abstain_reason=str(dict(model.abstains).get(anomaly, ""))
+                or check_abstains(rs, anomaly),
             )
             w = shortest_witness(rs, anomaly)
             if w is not None and out is not None and not cell.abstain_reason:

@@ -15,17 +15,22 @@ from typing import Any
 from toki.experiments.stats import cluster_interval, wilson_interval, zero_upper_bound
 
 __all__ = [
+    "MODEL_DERIVED",
     "VERDICTS",
     "CellData",
     "cell_of",
+    "columns",
     "decide",
     "decide_cells",
     "detection_power",
     "inherit_fault_free",
+    "model_derived_cells",
     "shortest_witness",
 ]
 
 VERDICTS = ("admits", "excludes", "not found", "undecided", "abstains")
+# why every model row abstains on the derived-state classes (docs/verdict-matrix.md)
+MODEL_DERIVED = "a model of the write path's rows, not of the library's derived structures"
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +260,20 @@ def cell_of(
     )
 
 
+def columns(experiment: Mapping[str, Any]) -> list[str]:
+    """The matrix's anomaly columns in order: N1-N3 (`anomalies`), then the derived-state
+    classes (`derived`, checked on real rows only)."""
+    return [*experiment["anomalies"], *experiment.get("derived", [])]
+
+
+def model_derived_cells(system: str, fault: str, experiment: Mapping[str, Any]) -> list[CellData]:
+    """A model row's derived-state cells: each abstains by one rule (`MODEL_DERIVED`)."""
+    return [
+        CellData(system, a, fault, abstain_reason=MODEL_DERIVED)
+        for a in experiment.get("derived", [])
+    ]
+
+
 def decide_cells(cells: Sequence[CellData], experiment: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every cell decided (`decide`, then `inherit_fault_free`), in row order: systems as
     first seen, then fault setting and anomaly in matrix.toml's order."""
@@ -265,7 +284,7 @@ def decide_cells(cells: Sequence[CellData], experiment: Mapping[str, Any]) -> li
         ]
     )
     names = list(dict.fromkeys(r["system"] for r in decided))
-    order = {a: i for i, a in enumerate(experiment["anomalies"])}
+    order = {a: i for i, a in enumerate(columns(experiment))}
     faults = {f: i for i, f in enumerate(experiment.get("faults", ["none"]))}
     return sorted(
         decided, key=lambda r: (names.index(r["system"]), faults[r["faults"]], order[r["anomaly"]])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +43,9 @@ class RealReport:
     anomalies: Counter[str] = field(default_factory=Counter)
     checked: Counter[str] = field(default_factory=Counter)  # runs each check decided
     undecided: Counter[str] = field(default_factory=Counter)  # runs it could not decide
+    abstained: Counter[str] = field(default_factory=Counter)  # of those, the check abstained
+    abstain_reasons: dict[str, str] = field(default_factory=dict)  # check -> its first reason
+    checks: tuple[str, ...] = ANOMALIES  # what each run is checked for (`check_real`)
     recovery_judge_calls: int = 0  # questions the fresh-judge recoveries asked
     judged_runs: int = 0  # runs in which the live write path asked the judge
     witnesses: dict[str, RealWitness] = field(default_factory=dict)
@@ -53,7 +56,7 @@ class RealReport:
 
     @property
     def _names(self) -> tuple[str, ...]:
-        return ANOMALIES + (FAULT_ANOMALIES if self.fault_checks else ())
+        return self.checks + (FAULT_ANOMALIES if self.fault_checks else ())
 
     @property
     def schedules_per_s(self) -> float:
@@ -104,11 +107,14 @@ def explore_real(
     progress: Callable[[int], None] | None = None,
     session: Session | None = None,
     faults: FaultPlan | None = None,
+    anomalies: Sequence[str] = ANOMALIES,
 ) -> RealReport:
     """Run `strategy` on the real system for at most `budget` schedules; with `check`,
     check N1/RD/N2/N3 on each (and, with `faults` beyond crashes, the checks of
     `toki.real.restart`) and keep the shortest witness of each anomaly (saved in `out`).
-    `session`: a worker already open for the system (else one is started)."""
+    `session`: a worker already open for the system (else one is started). `anomalies`:
+    the checks of `check_real` to run (the derived-state classes too); a run on which a
+    check abstains is undecided for it, and the report keeps the check's reason."""
     plan = faults if faults is not None else FaultPlan(crash=crash_budget)
     crash_budget = plan.crash
     extra = FaultPlan(
@@ -126,6 +132,7 @@ def explore_real(
         system.model,
         faults=plan.spec() if extra else "",
         fault_checks=bool(plan.raises or plan.dies),
+        checks=tuple(anomalies),
     )
     states: set[str] = set()
     stats = Stats()
@@ -155,7 +162,7 @@ def explore_real(
             if rr.judge_calls:
                 report.judged_runs += 1
             if check:
-                verdicts = dict(check_real(system, workload, rr, serial, recovery))
+                verdicts = dict(check_real(system, workload, rr, serial, recovery, anomalies))
                 if report.fault_checks:
                     verdicts.update(check_faults(system, workload, rr))
                     if injected(rr):  # a failure the call reported is no committed claim
@@ -167,6 +174,9 @@ def explore_real(
                         continue  # nothing to check: no such fault in this run
                     if not v.ran:
                         report.undecided[name] += 1
+                        if v.abstained:
+                            report.abstained[name] += 1
+                            report.abstain_reasons.setdefault(name, str(v.details["abstains"]))
                         continue
                     report.checked[name] += 1
                     if not v.found:
