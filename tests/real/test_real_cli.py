@@ -110,6 +110,8 @@ def test_list_names_every_system_and_its_environment(capsys: pytest.CaptureFixtu
         "mem0-1.0.5",
         "mem0-2.0.12",
         "mem0-2.2.1+entities",
+        "mem0-2.2.1+entities-async",
+        "mem0-2.0.7+entities-async",
         "langgraph-store-postgres-3.1.0",
         "letta-0.16.8",  # no matrix row yet (issue #33)
     }

@@ -109,3 +109,41 @@ def test_every_reproduced_report_reproduces_deterministically_and_its_fix_is_cle
         require(sc.fixed)
         fixed = run_scenario(sc, fixed=True, out=tmp_path / "fixed")
         assert fixed["clean"] and not fixed["timed_out"], fixed
+
+
+# mem0ai/mem0#5553: the schedule DPOR found (tasks:4): unit 29 is between the delete and
+# the insert of FAISS's update of the "alice" entity row when unit 30 lists the rows, so 30
+# never sees its own id there and 29 writes the row back with it
+ASYNC_DELETE_ALL = (*[0] * 30, *["task:0", 0] * 4, *[0] * 4)
+
+
+def test_async_delete_all_leaves_the_deleted_memory_linked_only_when_its_units_interleave() -> None:
+    """One AsyncMemory.delete_all (mem0 2.0.7): its gathered deletes are units of one agent;
+    the witness's task choices leave a deleted memory in linked_memory_ids (index
+    divergence), the serial order of the same units leaves the entity store empty."""
+    from toki.real.driver import finish_run, open_session, real_program, unwrapped
+    from toki.real.faults import parse_faults
+    from toki.real.scenario import _judges
+    from toki.real.systems import get_real_system
+    from toki.sim.explore import replay_schedule
+
+    sc = get_scenario("mem0-5553-async-delete-all-entities")
+    require(sc.system)
+    system = get_real_system(sc.system)
+    judge, recovery = _judges(sc)
+    serial = (*[0] * 39, *["task:0"] * 4)  # the same steps, the choices after the last
+    with open_session(system) as session:
+        program, live = real_program(system, session, sc.program(), judge, faults=sc.faults)
+        got = {}
+        for name, schedule in (("raced", ASYNC_DELETE_ALL), ("serial", serial)):
+            with unwrapped():
+                run = replay_schedule(program, schedule)
+            rr = finish_run(system, session, live, run, recovery, judge)
+            got[name] = rr.observation["derived"]["structures"]
+            assert rr.observation["memories"] == []  # delete_all deleted both memories
+    deleted = {e["returned"][0]["id"] for e in rr.observation["derived"]["steps"][:2]}
+    [link] = got["raced"]["entity_links"]
+    assert link.startswith("alice:alice->") and link.split("->")[1] in deleted
+    assert got["raced"]["memory_entities"] == []
+    assert got["serial"]["entity_links"] == [] == got["serial"]["memory_entities"]
+    assert parse_faults("tasks:4") == sc.faults

@@ -51,6 +51,7 @@ SCENARIOS_DIR = Path(__file__).parent / "scenarios"
 KNOWN = (*DERIVED, *FAULT_ANOMALIES)  # what a scenario may expect (its steps are operations)
 _FAMILIES = {
     "mem0": "mem0",
+    "mem0_async": "mem0",
     "graphiti": "graphiti",
     "langchain": "store",
 }  # worker adapter -> program family (toki/real/program.py)

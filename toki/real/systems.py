@@ -39,6 +39,18 @@ _MEM0_GATES = (
     "thread pools: ThreadPoolExecutor.submit runs inline inside an agent (serialised)",
 )
 
+_ASYNC_ENTITY_GATES = (
+    *_MEM0_GATES[:1],
+    "clock: datetime.now in mem0.memory.main, one stream per agent (no gate point)",
+    *_MEM0_GATES[2:5],
+    "the entity store: a second FAISS collection (<collection>_entities), gated alike",
+    "tasks and to_thread threads of every AsyncMemory call: units of the agent (tasks:<n>)",
+)
+_ASYNC_ENTITY_SIMPLIFIED = (
+    "as mem0-2.2.1+entities (entity extraction stubbed); the clock is a stream per agent "
+    "(read on the event loop)",
+)
+
 SYSTEMS: dict[str, RealSystem] = {
     "mem0-1.0.11": RealSystem(
         name="mem0-1.0.11",
@@ -176,6 +188,39 @@ SYSTEMS: dict[str, RealSystem] = {
             "(the entities of '<subject>:<predicate> is <value>' are the subject and the "
             "value), so the entity store and its linked_memory_ids are built and read",
         ),
+    ),
+    "mem0-2.2.1+entities-async": RealSystem(
+        name="mem0-2.2.1+entities-async",
+        title="mem0ai 2.2.1 AsyncMemory with its entity store: each call's asyncio tasks and "
+        "to_thread calls are units",
+        library="mem0ai",
+        version="2.2.1",
+        module="mem0",
+        adapter="mem0_async",
+        host=Mem0Host(2),
+        lock="mem0-2.2.1.txt",
+        env={**_MEM0_ENV, "TOKI_MEM0_ENTITIES": "1"},
+        venv="mem0-2.2.1",
+        model=None,  # corpus only: no row of the verdict matrix
+        intercepted=_ASYNC_ENTITY_GATES,
+        simplified=_ASYNC_ENTITY_SIMPLIFIED,
+        exhaustible=False,  # units released oldest first unless tasks:<n>
+    ),
+    "mem0-2.0.7+entities-async": RealSystem(
+        name="mem0-2.0.7+entities-async",
+        title="mem0ai 2.0.7 AsyncMemory with its entity store: the version before delete_all "
+        "stopped gathering per-memory entity cleanups (corpus scenarios)",
+        library="mem0ai",
+        version="2.0.7",
+        module="mem0",
+        adapter="mem0_async",
+        host=Mem0Host(2),
+        lock="mem0-2.0.7.txt",
+        env={**_MEM0_ENV, "TOKI_MEM0_ENTITIES": "1"},
+        model=None,  # corpus only: no row of the verdict matrix
+        intercepted=_ASYNC_ENTITY_GATES,
+        simplified=_ASYNC_ENTITY_SIMPLIFIED,
+        exhaustible=False,
     ),
     "toki-memory": RealSystem(
         name="toki-memory",

@@ -487,38 +487,51 @@ class Adapter:
         answered (normalised), and the step log keeps the global order they returned in."""
         out = []
         for n, step in enumerate(steps):
-            self.controller.begin_claim(n)
-            op = str(step["op"])
-            # invoked after the returns logged so far (real-time order: what a read
-            # invoked after a delete returned may no longer serve)
-            entry: dict[str, Any] = {
-                "agent": agent,
-                "step": n,
-                "op": op,
-                "invoked": len(self.steps),
-            }
-            try:
-                args = {k: self._resolve(v) for k, v in step.items() if k not in ("op", "bind")}
-                entry["args"] = args
-                entry["scope"] = {k: str(v) for k, v in args.items() if k in _SCOPES}
-                if op == "update" and _is_ref(step.get("memory_id")):
-                    entry["basis"] = self._basis(str(step["memory_id"]))
-                text = args.get("text")
-                if isinstance(text, str):
-                    key, _, value = text.partition(" is ")
-                    CLAIM.set({"key": key, "value": value})
-                entry["returned"] = self._call(op, args)
-                if step.get("bind") and isinstance(entry["returned"], list):
-                    self.bound[str(step["bind"])] = entry["returned"]
-            except Exception as exc:  # an application logs a failed call and goes on
-                entry["error"] = f"{type(exc).__name__}: {exc}"
+            entry = self._begin(agent, n, step)
+            if "error" not in entry:
+                op = entry["op"]
+                try:
+                    got = self._request(self._instance(), op, entry["args"])
+                    self._returned(entry, step, self._answer(op, entry["args"], got))
+                except Exception as exc:  # an application logs a failed call and goes on
+                    entry["error"] = f"{type(exc).__name__}: {exc}"
             # the call returns: a gate point ordered against every other return, so the
             # step log's order (what a later read saw after a delete) is explored by the
             # scheduler, not fixed by it
-            self.controller.gate("program", "program.return", {"op": op, "step": n}, *_LOG)
-            self.steps.append(entry)
-            out.append(entry.get("returned", entry.get("error")))
+            self.controller.gate("program", "program.return", {"op": entry["op"], "step": n}, *_LOG)
+            out.append(self._end(entry))
         return out
+
+    def _begin(self, agent: int, n: int, step: dict[str, Any]) -> dict[str, Any]:
+        """A step's log entry with its resolved arguments (or the error resolving them)."""
+        self.controller.begin_claim(n)
+        op = str(step["op"])
+        # invoked after the returns logged so far (real-time order: what a read
+        # invoked after a delete returned may no longer serve)
+        entry: dict[str, Any] = {"agent": agent, "step": n, "op": op, "invoked": len(self.steps)}
+        try:
+            args = {k: self._resolve(v) for k, v in step.items() if k not in ("op", "bind")}
+            entry["args"] = args
+            entry["scope"] = {k: str(v) for k, v in args.items() if k in _SCOPES}
+            if op == "update" and _is_ref(step.get("memory_id")):
+                entry["basis"] = self._basis(str(step["memory_id"]))
+        except Exception as exc:
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            return entry
+        text = args.get("text")
+        if isinstance(text, str):
+            key, _, value = text.partition(" is ")
+            CLAIM.set({"key": key, "value": value})
+        return entry
+
+    def _returned(self, entry: dict[str, Any], step: dict[str, Any], returned: Any) -> None:
+        entry["returned"] = returned
+        if step.get("bind") and isinstance(returned, list):
+            self.bound[str(step["bind"])] = returned
+
+    def _end(self, entry: dict[str, Any]) -> Any:
+        self.steps.append(entry)
+        return entry.get("returned", entry.get("error"))
 
     def _resolve(self, value: Any) -> Any:
         """`$name` -> the id of the first record the read bound to `name` returned."""
@@ -538,12 +551,42 @@ class Adapter:
     def _scoped(self, args: dict[str, Any]) -> dict[str, Any]:
         return {k: args[k] for k in ("user_id", "agent_id", "run_id") if k in args}
 
-    def _call(self, op: str, args: dict[str, Any]) -> Any:
+    def _instance(self) -> Any:
+        """The instance the running agent calls (its own in deployment "processes")."""
         agent = self.controller.agent()
-        m: Any = self.memory if agent is None else self.instances.get(agent, self.memory)
+        return self.memory if agent is None else self.instances.get(agent, self.memory)
+
+    def _request(self, m: Any, op: str, args: dict[str, Any]) -> Any:
+        """Call mem0's operation `op` on `m` (on AsyncMemory: the coroutine to await)."""
         scope = self._scoped(args)
         if op == "add":
-            got = m.add(args["text"], **scope)
+            return m.add(args["text"], **scope)
+        if op == "update":
+            extra = {"metadata": args["metadata"]} if "metadata" in args else {}
+            if self.major >= 2:
+                return m.update(args["memory_id"], text=args["text"], **extra)
+            return m.update(args["memory_id"], data=args["text"], **extra)
+        if op == "delete":
+            return m.delete(args["memory_id"])
+        if op == "delete_all":
+            return m.delete_all(**scope)
+        if op == "get":
+            return m.get(args["memory_id"])
+        if op == "get_all":
+            if self.major >= 2:
+                return m.get_all(filters=scope, top_k=1000)
+            return m.get_all(**scope, limit=1000)
+        if op == "search":
+            if self.major >= 2:
+                return m.search(args["query"], filters=scope, top_k=100)
+            return m.search(args["query"], **scope, limit=100)
+        if op == "history":
+            return m.history(args["memory_id"])
+        raise ValueError(f"mem0 has no operation {op!r}")
+
+    def _answer(self, op: str, args: dict[str, Any], got: Any) -> Any:
+        """What the call returned, normalised (the step log's `returned`)."""
+        if op == "add":
             rows = got.get("results", []) if isinstance(got, dict) else got
             return [
                 {
@@ -555,44 +598,24 @@ class Adapter:
                 for r in rows or []
             ]
         if op == "update":
-            extra = {"metadata": args["metadata"]} if "metadata" in args else {}
-            if self.major >= 2:
-                m.update(args["memory_id"], text=args["text"], **extra)
-            else:
-                m.update(args["memory_id"], data=args["text"], **extra)
             return [{"id": args["memory_id"], "event": "UPDATE", "text": args["text"]}]
         if op == "delete":
-            m.delete(args["memory_id"])
             return [{"id": args["memory_id"], "event": "DELETE"}]
         if op == "delete_all":
-            m.delete_all(**scope)
-            return [{"event": "DELETE_ALL", "scope": scope}]
+            return [{"event": "DELETE_ALL", "scope": self._scoped(args)}]
         if op == "get":
-            got = m.get(args["memory_id"])
             return [] if got is None else [_record(got)]
-        if op == "get_all":
-            if self.major >= 2:
-                got = m.get_all(filters=scope, top_k=1000)
-            else:
-                got = m.get_all(**scope, limit=1000)
+        if op in ("get_all", "search"):
             return [_record(r) for r in _results(got)]
-        if op == "search":
-            if self.major >= 2:
-                got = m.search(args["query"], filters=scope, top_k=100)
-            else:
-                got = m.search(args["query"], **scope, limit=100)
-            return [_record(r) for r in _results(got)]
-        if op == "history":
-            return [
-                {
-                    "id": h.get("memory_id"),
-                    "event": h.get("event"),
-                    "old": h.get("old_memory"),
-                    "new": h.get("new_memory"),
-                }
-                for h in m.history(args["memory_id"])
-            ]
-        raise ValueError(f"mem0 has no operation {op!r}")
+        return [  # history
+            {
+                "id": h.get("memory_id"),
+                "event": h.get("event"),
+                "old": h.get("old_memory"),
+                "new": h.get("new_memory"),
+            }
+            for h in got
+        ]
 
     def _entity_links(self, records: list[dict[str, Any]]) -> dict[str, list[str]]:
         """The entity store's links (each entity row's linked_memory_ids) beside the links

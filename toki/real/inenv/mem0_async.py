@@ -1,10 +1,12 @@
-"""mem0's `AsyncMemory` (mem0ai 1.x), driven as an asynchronous agent.
+"""mem0's `AsyncMemory` (mem0ai 1.x and 2.x), driven as an asynchronous agent.
 
 The same library, files, stubs and gate points as `mem0.py`, but each agent awaits
-`AsyncMemory.add`, which runs its vector-store, LLM and history calls through
-`asyncio.to_thread` and each memory action of one decision (ADD, UPDATE, DELETE) as a task
-of its own (`asyncio.create_task`, awaited in order). Those tasks and threads are units of
-the agent (`controller.py`): with `--faults tasks:<n>` the explorer interleaves them.
+`AsyncMemory`'s calls: claims are `add` calls, programs (`toki/real/program.py`) await each
+step's operation. AsyncMemory runs its vector-store, LLM and history calls through
+`asyncio.to_thread`, 1.x's `add` runs each memory action of one decision as a task of its own
+(`asyncio.create_task`), and `delete_all` gathers one `_delete_memory` per memory
+(`asyncio.gather`). Those tasks and threads are units of the agent (`controller.py`): with
+`--faults tasks:<n>` the explorer interleaves them.
 
 The clock: `datetime.now` is read in the coroutines themselves (on the agent's loop thread,
 which must never block), so it is a stream per agent, as Graphiti's: agent i's n-th read is
@@ -16,6 +18,7 @@ the worker's thread (no agent there: its gate points pass through).
 from __future__ import annotations
 
 import asyncio
+import inspect
 from datetime import timedelta, tzinfo
 from typing import Any
 
@@ -65,6 +68,10 @@ class _Sync:
     def search(self, query: str, **kw: Any) -> Any:
         return asyncio.run(self.amemory.search(query, **kw))
 
+    @property
+    def _entity_store(self) -> Any:  # the entity store, once built (2.x, entities on)
+        return getattr(self.amemory, "_entity_store", None)
+
     def close(self) -> None:
         close = getattr(self.amemory, "close", None)
         if close is not None:
@@ -78,8 +85,6 @@ class Adapter(sync_mem0.Adapter):
 
     def __init__(self, controller: Controller) -> None:
         super().__init__(controller)
-        if self.major >= 2:
-            raise RuntimeError("mem0_async drives mem0ai 1.x (AsyncMemory of the LLM judge)")
         self.main.datetime = _AgentClock
         self.amemory: Any = None
 
@@ -96,7 +101,32 @@ class Adapter(sync_mem0.Adapter):
         self.amemory = self.main.AsyncMemory.from_config(self.cfg)
         self.memory = _Sync(self.amemory)
 
+    def _instance(self) -> Any:
+        return self.amemory
+
+    async def _aprogram(self, agent: int, steps: list[dict[str, Any]]) -> list[Any]:
+        """`_program` with each step's operation awaited (its tasks and threads are units);
+        the step's return is a gate point of the agent's task, as there."""
+        out = []
+        for n, step in enumerate(steps):
+            entry = self._begin(agent, n, step)
+            if "error" not in entry:
+                op = entry["op"]
+                try:
+                    got = self._request(self.amemory, op, entry["args"])
+                    if inspect.isawaitable(got):
+                        got = await got
+                    self._returned(entry, step, self._answer(op, entry["args"], got))
+                except Exception as exc:  # an application logs a failed call and goes on
+                    entry["error"] = f"{type(exc).__name__}: {exc}"
+            detail = {"op": entry["op"], "step": n}
+            await self.controller.agate("program", "program.return", detail, *sync_mem0._LOG)
+            out.append(self._end(entry))
+        return out
+
     async def agent_main(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:  # type: ignore[override]
+        if inbox and "op" in inbox[0]:
+            return await self._aprogram(agent, inbox)
         out = []
         for n, claim in enumerate(inbox):
             self.controller.begin_claim(n)
