@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import z3
@@ -13,6 +14,7 @@ from toki.formal.encoding import History, Variant
 from toki.formal.prover import refute
 from toki.formal.result import ProofResult, Status
 from toki.formal.robustness import robustness
+from toki.formal.scenario import describe
 from toki.isolation import Isolation
 
 K = 3
@@ -88,7 +90,7 @@ def _one(
         z3.Or(h.n1(), h.n2(), h.n3()),
         expected=expected,
         bounds=bounds,
-        describe=h.describe,
+        describe=partial(describe, h),
         false_variant_of=false_variant_of,
         notes=notes,
         witness=lambda premises: witness.find(h, premises),

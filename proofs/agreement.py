@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from toki.cli_parser import TokiParser
 from toki.formal.encoding import OPERATORS, History, Variant
 from toki.formal.prover import refute
 from toki.formal.result import ProofResult, Status
+from toki.formal.scenario import describe
 from toki.formal.simulate import Claim, Spec, Txn, check, explore
 from toki.formal.twoway import compare
 from toki.formal.twoway import summary as twoway_summary
@@ -238,7 +240,7 @@ def targeted_counterexamples(variants: Sequence[ProofResult]) -> list[tuple[str,
                     getattr(h, anomaly.lower())(),
                     expected=Status.COUNTEREXAMPLE,
                     bounds={},
-                    describe=h.describe,
+                    describe=partial(describe, h),
                 )
                 if got.scenario is not None:
                     out.append((got.name, got.scenario))

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import partial
 
 from proofs._isolation import about
 from toki.formal import witness as premise
 from toki.formal.encoding import OPERATORS, History, Variant
 from toki.formal.prover import refute
 from toki.formal.result import ProofResult, Status
+from toki.formal.scenario import describe
 from toki.isolation import Isolation
 
 NAME = "schema_soundness"
@@ -38,7 +40,7 @@ def _check(name: str, variant: Variant, expected: Status, k: int, of: str | None
                 "operators": list(OPERATORS),
                 "policy_txns": "1 (RULE)",
             },
-            describe=h.describe,
+            describe=partial(describe, h),
             false_variant_of=of,
             witness=lambda premises, h=h: premise.find(h, premises),
         )

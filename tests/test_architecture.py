@@ -61,25 +61,11 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def _type_only(tree: ast.AST) -> set[int]:
-    """The ids of import nodes under `if TYPE_CHECKING:`: they never run, so they cannot
-    make an import-time circle (mypy reads them; a reader sees them as annotations only)."""
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for inner in node.body:
-                out.update(id(n) for n in ast.walk(inner))
-    return out
-
-
 def _imported(tree: ast.AST, known: dict[str, Path]) -> Iterator[str]:
     """Every toki module an import statement anywhere in the file names, at module level or
-    inside a function (`from p import m` names the module p.m when there is one, else p);
-    imports under `if TYPE_CHECKING:` are left out (`_type_only`)."""
-    skip = _type_only(tree)
+    inside a function, or under `if TYPE_CHECKING:` (a type-only import is still a dependency
+    a reader follows) (`from p import m` names the module p.m when there is one, else p)."""
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

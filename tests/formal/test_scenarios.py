@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from proofs import isolation_await, isolation_ewm, isolation_lww, tightness
 from toki import Claim, FactKey, Memory
 from toki.algebra import AWAIT, EWM, LWW
+from toki.formal.scenario import describe
 from toki.judge import StochasticJudge
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
@@ -100,7 +102,7 @@ def _n2_scenario(result: Any) -> dict[str, Any] | None:
         h.n2(),
         expected=Status.COUNTEREXAMPLE,
         bounds={},
-        describe=h.describe,
+        describe=partial(describe, h),
     )
     return again.scenario
 

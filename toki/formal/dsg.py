@@ -18,12 +18,10 @@ commits later to one that commits earlier.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
 
 import z3
 
-if TYPE_CHECKING:
-    from toki.formal.encoding import History
+from toki.formal.terms import Encoded
 
 __all__ = [
     "SER_AXIOM",
@@ -46,7 +44,7 @@ DISTINCT_ROWS = frozenset({"claims"})
 selects): read together, never written by two transactions (no ww edge)."""
 
 
-def edges(h: History) -> dict[tuple[int, int], z3.BoolRef]:
+def edges(h: Encoded) -> dict[tuple[int, int], z3.BoolRef]:
     """(j, i) → "j must precede i in every serial order" (ww, wr or rw, both committed)."""
     live = h.live
     writers = live["writers"]
@@ -71,7 +69,7 @@ def edges(h: History) -> dict[tuple[int, int], z3.BoolRef]:
     }
 
 
-def serial_order_axioms(h: History) -> list[z3.BoolRef]:
+def serial_order_axioms(h: Encoded) -> list[z3.BoolRef]:
     """SERIALIZABLE: some order `serial_pos` of the transactions respects every edge."""
     pos = z3.Function(f"serial_pos{h.tag}", z3.IntSort(), z3.IntSort())
     h.serial_pos = pos
@@ -80,7 +78,7 @@ def serial_order_axioms(h: History) -> list[z3.BoolRef]:
     return out
 
 
-def cyclic(h: History) -> z3.BoolRef:
+def cyclic(h: Encoded) -> z3.BoolRef:
     """The committed transactions' dependency graph has a cycle (not serializable)."""
     e = edges(h)
     cycles = []
@@ -92,12 +90,12 @@ def cyclic(h: History) -> z3.BoolRef:
     return z3.Or(*cycles) if cycles else z3.BoolVal(False)
 
 
-def truly_concurrent(h: History, i: int, j: int) -> z3.BoolRef:
+def truly_concurrent(h: Encoded, i: int, j: int) -> z3.BoolRef:
     """Each of i and j reads before the other ends: neither ran after the other in effect."""
     return z3.And(h.read(i) < h.end(j), h.read(j) < h.end(i))
 
 
-def conflict(h: History, i: int, j: int) -> z3.BoolRef:
+def conflict(h: Encoded, i: int, j: int) -> z3.BoolRef:
     """One of i, j writes a resource the other reads or writes (in the live run)."""
     live = h.live
     writers = live["writers"]
@@ -116,7 +114,7 @@ def conflict(h: History, i: int, j: int) -> z3.BoolRef:
 
 
 def truly_concurrent_pairs(
-    h: History, *, both_committed: bool = True
+    h: Encoded, *, both_committed: bool = True
 ) -> list[tuple[tuple[int, int], z3.BoolRef]]:
     """Pairs of transactions that conflict and are truly concurrent; committed both (or, with
     `both_committed=False`, at least one)."""

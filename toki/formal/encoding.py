@@ -513,17 +513,3 @@ class History:
             "head_rows_per_key": 1,
             "level": self.level.value,
         }
-
-    # -- counterexamples as data (toki/formal/scenario.py) ----------------------------
-
-    def describe(self, m: z3.ModelRef) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(raw model, scenario) for a counterexample or a witness."""
-        from toki.formal.scenario import describe
-
-        return describe(self, m)
-
-    def to_scenario(self, m: z3.ModelRef) -> dict[str, Any]:
-        """A model as a small concrete scenario (format: docs/proofs.md)."""
-        from toki.formal.scenario import to_scenario
-
-        return to_scenario(self, m)

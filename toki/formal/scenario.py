@@ -4,15 +4,13 @@ the anomalies; format in docs/proofs.md) that `toki.formal.simulate.replay` runs
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import z3
 
+from toki.formal.encoding import History
 from toki.formal.prover import as_json
 from toki.formal.terms import NONE, Step, _fraction
-
-if TYPE_CHECKING:
-    from toki.formal.encoding import History
 
 __all__ = ["describe", "to_scenario"]
 

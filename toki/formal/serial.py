@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import z3
 
-from toki.formal.terms import NONE, Serial, lex_gt
-
-if TYPE_CHECKING:
-    from toki.formal.encoding import History
+from toki.formal.terms import NONE, Encoded, Serial, lex_gt
 
 __all__ = ["serial_beliefs"]
 
 
-def serial_beliefs(h: History) -> list[Serial]:
+def serial_beliefs(h: Encoded) -> list[Serial]:
     """Every belief a serial execution of the committed transactions can end in, each
     with the condition under which that execution exists.
 
@@ -59,7 +55,7 @@ def serial_beliefs(h: History) -> list[Serial]:
     return [(z3.BoolVal(True), _rule_fold(h, order), None) for order in orders]
 
 
-def _newer(h: History, v: int, u: int) -> z3.BoolRef:
+def _newer(h: Encoded, v: int, u: int) -> z3.BoolRef:
     """v's newest committed evidence is newer than u's (u may have none)."""
     return z3.Or(
         *[
@@ -80,7 +76,7 @@ def _newer(h: History, v: int, u: int) -> z3.BoolRef:
     )
 
 
-def _rule_fold(h: History, order: Sequence[int]) -> list[z3.BoolRef]:
+def _rule_fold(h: Encoded, order: Sequence[int]) -> list[z3.BoolRef]:
     """RULE run serially in `order` (aborted transactions skipped): the head's claim."""
     head: z3.ArithRef = z3.IntVal(NONE)
     pol: z3.BoolRef = z3.BoolVal(False)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import z3
 
-__all__ = ["NONE", "Serial", "Step", "_fraction", "lex_gt"]
+__all__ = ["NONE", "Encoded", "Serial", "Step", "_fraction", "lex_gt"]
 
 NONE = -1  # "no claim" (an empty head, no audit row)
 Serial = tuple[z3.BoolRef, list[z3.BoolRef], list[z3.ArithRef] | None]
@@ -40,3 +40,29 @@ class Step:
     total: z3.ArithRef  # the total it writes (EWM)
     newest: tuple[z3.ArithRef, z3.ArithRef]  # the newest evidence stamp it writes (EWM)
     pol: z3.BoolRef  # writes the policy row
+
+
+class Encoded(Protocol):
+    """What the encoding's parts (dsg.py: SERIALIZABLE's order; serial.py: serial outcomes)
+    read of the history they are building: `encoding.History` has it. Typed here, below
+    the encoding, so that neither part imports the class that calls it."""
+
+    txns: list[int]
+    claims: list[int]
+    op: str
+    values: int
+    tag: str
+    weight: z3.FuncDeclRef
+    read: z3.FuncDeclRef
+    end: z3.FuncDeclRef
+    live: dict[str, Any]
+    serial_pos: z3.FuncDeclRef | None
+    P: int | None  # the policy transaction (RULE), if any
+
+    def com(self, i: int) -> z3.BoolRef: ...
+
+    def val(self, i: int | z3.ArithRef) -> z3.ArithRef: ...
+
+    def stamp(self, i: int | z3.ArithRef) -> list[z3.ArithRef]: ...
+
+    def _rank(self, i: int | z3.ArithRef, pol: z3.BoolRef | bool) -> list[z3.ArithRef]: ...

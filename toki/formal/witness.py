@@ -21,6 +21,7 @@ import z3
 
 from toki.formal.dsg import truly_concurrent_pairs
 from toki.formal.encoding import History
+from toki.formal.scenario import to_scenario
 from toki.formal.simulate import check
 
 __all__ = ["TRIES", "find", "replayable", "schedule_line"]
@@ -54,7 +55,7 @@ def replayable(
         if solver.check() != z3.sat:
             break
         m = solver.model()
-        scenario = h.to_scenario(m)
+        scenario = to_scenario(h, m)
         replayed = check(scenario)
         if replayed["agree"]:
             return m, scenario, rejected
