@@ -135,8 +135,6 @@ class Adapter:
     async def _build(self, initial: str) -> None:
         from letta.schemas.agent import CreateAgent
         from letta.schemas.block import Block
-        from letta.schemas.embedding_config import EmbeddingConfig
-        from letta.schemas.llm_config import LLMConfig
 
         s = self.letta
         org = await s.organization_manager.create_default_organization_async()
@@ -149,18 +147,7 @@ class Adapter:
                 CreateAgent(
                     name=f"agent{n}",
                     block_ids=[_BLOCK_ID],
-                    llm_config=LLMConfig(
-                        model="stub",
-                        model_endpoint_type="openai",
-                        model_endpoint="http://127.0.0.1:9/v1",  # never called
-                        context_window=32_000,
-                    ),
-                    embedding_config=EmbeddingConfig(
-                        embedding_model="stub",
-                        embedding_endpoint_type="openai",
-                        embedding_endpoint="http://127.0.0.1:9/v1",
-                        embedding_dim=64,
-                    ),
+                    **letta_db.stub_configs(32_000),
                     include_base_tools=False,
                 ),
                 actor=self.user,

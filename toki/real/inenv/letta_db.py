@@ -78,11 +78,31 @@ def create_schema(uri: str) -> None:
         engine.dispose()
 
 
+def stub_configs(context_window: int) -> dict[str, Any]:
+    """The LLM and embedding configurations of an agent whose model is never called (the
+    endpoint is a closed loopback port: toki answers the LLM at a gate point)."""
+    from letta.schemas.embedding_config import EmbeddingConfig
+    from letta.schemas.llm_config import LLMConfig
+
+    return {
+        "llm_config": LLMConfig(
+            model="stub",
+            model_endpoint_type="openai",
+            model_endpoint="http://127.0.0.1:9/v1",
+            context_window=context_window,
+        ),
+        "embedding_config": EmbeddingConfig(
+            embedding_model="stub",
+            embedding_endpoint_type="openai",
+            embedding_endpoint="http://127.0.0.1:9/v1",
+            embedding_dim=64,
+        ),
+    }
+
+
 async def _smoke() -> dict[str, Any]:
     from letta.schemas.agent import CreateAgent
     from letta.schemas.block import BlockUpdate, CreateBlock
-    from letta.schemas.embedding_config import EmbeddingConfig
-    from letta.schemas.llm_config import LLMConfig
     from letta.server.db import db_registry
     from letta.server.server import SyncServer
     from sqlalchemy import text
@@ -94,18 +114,7 @@ async def _smoke() -> dict[str, Any]:
         CreateAgent(
             name="a1",
             memory_blocks=[CreateBlock(label="shared", value="alice lives in paris")],
-            llm_config=LLMConfig(
-                model="stub",
-                model_endpoint_type="openai",
-                model_endpoint="http://127.0.0.1:9/v1",
-                context_window=8192,
-            ),
-            embedding_config=EmbeddingConfig(
-                embedding_model="stub",
-                embedding_endpoint_type="openai",
-                embedding_endpoint="http://127.0.0.1:9/v1",
-                embedding_dim=64,
-            ),
+            **stub_configs(8192),
             include_base_tools=False,
         ),
         actor=user,
