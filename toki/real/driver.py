@@ -382,6 +382,14 @@ def _restart(
         (t.get("killed") or [] for t in live.trace if t.get("fault") in DEATHS), []
     )
     reopened = session.call("reopen")
+    if reopened.get("failed"):  # the library does not start: no client can retry
+        return {
+            "reopened": reopened.get("view"),
+            "failed": reopened["failed"],
+            "retried": {},
+            "probes": [],
+            "integrity": None,
+        }
     retried: dict[str, list[Any]] = {}
     for i in sorted(int(a) for a in killed):
         inbox = live.workload.inboxes[i]

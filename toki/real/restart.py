@@ -24,6 +24,14 @@ failures, are:
   index answers for one memory with another (response divergence).
 * `index-after-restart`: the library's own index disagrees with itself after the restart
   (FAISS: vectors in the index, ids mapped, payloads stored).
+* `removed-after-restart`: at the end of a restarted run, a fact whose record was removed
+  (served by a record at some point, by no record at the end) is still served inside a
+  text the library derives from its records (a view's `summaries`: Graphiti's entity
+  summaries): the removal did not reach everything that serves the fact, and the reopened
+  library serves it. Abstains when the library reports no summaries.
+* `reopen-failed`: the library cannot be opened from the files the dead process left (the
+  adapter's reopen reports why, e.g. the database engine crashed replaying its log): every
+  acknowledged write is out of reach.
 
 N3 on such a run compares everything served, before and after the death, with what the
 library can produce at the end: the restart is one more step of the history.
@@ -41,7 +49,7 @@ from toki.real.driver import DEATHS, RealRun, SerialCache, serial_beliefs, seria
 from toki.sim.workload import SimClaim, Workload
 from toki.systems.base import belief_hash
 
-__all__ = ["FAULT_ANOMALIES", "check_faults", "injected", "n2_acknowledged"]
+__all__ = ["FAULT_ANOMALIES", "check_faults", "injected", "n2_acknowledged", "removed_kept"]
 
 EXACT = 0.999  # a search score this close to 1 matched the query's own vector
 
@@ -51,6 +59,8 @@ FAULT_ANOMALIES = (
     "resurrection-after-restart",
     "wrong-answer",
     "index-after-restart",
+    "removed-after-restart",
+    "reopen-failed",
 )
 
 
@@ -189,7 +199,7 @@ def _death(rr: RealRun) -> Mapping[str, Any] | None:
 
 
 def restart_checks(rr: RealRun) -> dict[str, Verdict]:
-    """The four restart checks (not run: abstain, when the run had no death)."""
+    """The restart checks (not run: abstain, when the run had no death)."""
     restart = rr.restart
     death = _death(rr)
     if restart is None or death is None:
@@ -262,7 +272,45 @@ def restart_checks(rr: RealRun) -> dict[str, Verdict]:
             {**why, "integrity": integrity, "reopened": restart.get("integrity_reopened")},
             ran=bool(counts),
         ),
+        "removed-after-restart": removed_kept(rr, why),
+        "reopen-failed": Verdict(
+            "reopen-failed",
+            bool(restart.get("failed")),
+            (),
+            "the library opens the files the dead process left",
+            restart.get("failed"),
+            why,
+        ),
     }
+
+
+def removed_kept(rr: RealRun, why: Mapping[str, Any]) -> Verdict:
+    """A fact whose record was removed (served by some view, by no record at the end) is
+    still inside a summary the restarted library serves at the end."""
+    name = "removed-after-restart"
+    summaries = [s for s in rr.observation.get("summaries") or () if isinstance(s, Mapping)]
+    if "summaries" not in rr.observation:
+        return Verdict(name, False, ran=False, details={"abstains": "the library has no summaries"})
+    views = [t.get("view") for t in rr.timeline]
+    views.append((rr.restart or {}).get("reopened"))
+    live = _ids(rr.observation)
+    removed = sorted(
+        {t for v in views for i, t in _ids(v).items() if i not in live and t not in live.values()}
+    )
+    kept = [
+        {"fact": fact, "summary_of": s.get("name"), "id": s.get("id"), "summary": s.get("text")}
+        for fact in removed
+        for s in summaries
+        if fact in str(s.get("text") or "")
+    ]
+    return Verdict(
+        name,
+        bool(kept),
+        (),
+        "no summary the library serves still states a fact whose record was removed",
+        kept or None,
+        {**why, "removed": removed, "summaries": len(summaries)},
+    )
 
 
 def _executed_before(trace: Sequence[Mapping[str, Any]], cut: int) -> int:

@@ -6,6 +6,9 @@ and with the same question text, so the real row and the model row draw the same
 * entity and edge extraction are exact: one entity for the key's subject, one for the value,
   one edge "<key> is <value>" valid from the claim's start (the model's simplification);
 * node dedup names the existing node with the same name (entity identity is exact);
+* entity summaries (the prompts Graphiti asks when a summary is rebuilt from episodes, e.g.
+  by `remove_episode` for the entities that survive) state the facts "<key> is <value>" of
+  the episodes shown whose subject or value is the entity, one per line;
 * `dedupe_edges.resolve_edge`: the candidates that state the claim's value are duplicates and
   nothing is contradicted; otherwise each candidate of the same key with another value is
   asked about ("graphiti dedupe_edges.resolve_edge: <key>: does <new> contradict <old>?",
@@ -20,6 +23,7 @@ serially over them).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -33,6 +37,7 @@ from toki.systems._kit import belief_entry
 __all__ = ["PROMPT", "GraphitiHost"]
 
 PROMPT = "graphiti dedupe_edges.resolve_edge"  # the model's question prefix
+FACT = re.compile(r"([\w.-]+:[\w.-]+) is ([^\n]+?)\s*$", re.MULTILINE)  # "<key> is <value>"
 BASE = datetime(2026, 1, 1, tzinfo=UTC)  # toki/real/inenv/stubs.py BASE
 
 
@@ -107,6 +112,19 @@ class GraphitiHost:
             }
         if prompt == "dedupe_edges.resolve_edge":
             return self._resolve(detail, judge)
+        if "summar" in prompt:  # a summary states the episodes' facts about the entity
+            facts = FACT.findall(str(detail.get("episode_content", "")))
+            return {
+                "summaries": [
+                    {
+                        "name": name,
+                        "summary": "\n".join(
+                            f"{k} is {v}" for k, v in facts if name in (k.partition(":")[0], v)
+                        ),
+                    }
+                    for name in detail.get("entities") or []
+                ]
+            }
         return None  # a prompt the model does not have: the worker answers it empty
 
     @staticmethod

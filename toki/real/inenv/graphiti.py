@@ -39,8 +39,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import importlib.metadata
+import os
 import re
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 import types
 import uuid as _uuid
 from datetime import UTC, datetime, timedelta
@@ -88,6 +93,11 @@ def _summary(name: str | None, context: Any) -> dict[str, Any]:
                 {"candidate_id": n.get("candidate_id"), "name": n.get("name")}
                 for n in context.get("existing_nodes") or []
             ],
+        }
+    if name and "summar" in name:  # entity summaries (add_episode, remove_episode's rebuild)
+        return {
+            "entities": [str(e.get("name")) for e in context.get("entities") or []],
+            "episode_content": str(context.get("episode_content") or ""),
         }
     if name == "dedupe_edges.resolve_edge":
         return {
@@ -140,7 +150,7 @@ class Adapter:
         from graphiti_core.graph_queries import get_fulltext_indices
         from graphiti_core.llm_client.client import LLMClient
         from graphiti_core.llm_client.config import LLMConfig
-        from graphiti_core.nodes import EpisodeType, EpisodicNode
+        from graphiti_core.nodes import EntityNode, EpisodeType, EpisodicNode
         from graphiti_core.utils.bulk_utils import RawEpisode
 
         self.version = importlib.metadata.version("graphiti-core")
@@ -148,6 +158,7 @@ class Adapter:
         self.Graphiti = Graphiti
         self.KuzuDriver = KuzuDriver
         self.EntityEdge = EntityEdge
+        self.EntityNode = EntityNode
         self.GroupsEdgesNotFoundError = GroupsEdgesNotFoundError
         self.fulltext = list(get_fulltext_indices(GraphProvider.KUZU))
         ctl = controller
@@ -233,6 +244,9 @@ class Adapter:
                 module.uuid = fake_uuid  # type: ignore[attr-defined]
         self.graphiti: Any = None
         self.driver: Any = None
+        self.path: str | None = None  # the run's Kuzu database file
+        self.unopenable: str | None = None  # why the files of a dead process do not open
+        self.lives = 0  # database folders made under root (a restart opens a new one)
         self.groups: list[str] = [GROUP]
         self.steps: list[dict[str, Any]] = []  # program steps, in the order they returned
         self.bound: dict[str, list[dict[str, Any]]] = {}  # a read's answer, by binding name
@@ -256,20 +270,39 @@ class Adapter:
 
     def open(self, config: dict[str, Any]) -> None:
         self.close()
+        if self.root is None:
+            self.root = tempfile.mkdtemp(prefix="toki-real-kuzu-")
+        self.groups = sorted({GROUP, *(config.get("groups") or [])})
+        self.steps = []
+        self.bound = {}
+        self._connect(self._new_dir())
+
+    def _new_dir(self) -> str:
+        assert self.root is not None
+        self.lives += 1
+        path = os.path.join(self.root, f"run{self.lives}")
+        os.makedirs(path)
+        return path
+
+    def _connect(self, folder: str) -> None:
+        """Graphiti over the Kuzu database in `folder` (created, or reopened from the files a
+        dead process left: Kuzu replays its WAL when it opens)."""
         import warnings
 
+        self.path = os.path.join(folder, "graph.kuzu")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # Kuzu is deprecated upstream
-            driver = self.KuzuDriver(db=":memory:")
+            driver = self.KuzuDriver(db=self.path)
         driver._database = GROUP  # 0.31.2: KuzuDriver never sets it
         driver.client.close()  # its AsyncConnection (a thread pool): replaced by ours
         driver.client = _SyncClient(self.kuzu.Connection(driver.db))
         for query in self.fulltext:  # 0.31.2: build_indices_and_constraints is a no-op
-            driver.client.connection.execute(query)
+            try:
+                driver.client.connection.execute(query)
+            except RuntimeError as exc:  # a reopened database has them already
+                if "already exists" not in str(exc):
+                    raise
         self.driver = driver
-        self.groups = sorted({GROUP, *(config.get("groups") or [])})
-        self.steps = []
-        self.bound = {}
         self.graphiti = self.Graphiti(
             graph_driver=driver,
             llm_client=self.llm,
@@ -302,7 +335,7 @@ class Adapter:
 
     def _edges(self) -> list[dict[str, Any]]:
         try:
-            edges = asyncio.run(self.EntityEdge.get_by_group_ids(self.driver, [GROUP]))
+            edges = asyncio.run(self.EntityEdge.get_by_group_ids(self.driver, self.groups))
         except self.GroupsEdgesNotFoundError:  # the library's answer for "no edges yet"
             edges = []
         rows = [
@@ -313,22 +346,46 @@ class Adapter:
                 "invalid_at": _iso(e.invalid_at),
                 "expired_at": _iso(e.expired_at),
                 "episodes": len(e.episodes or []),
+                "group": e.group_id,
             }
             for e in edges
         ]
         rows.sort(key=lambda r: (str(r["valid_at"]), str(r["fact"]), str(r["uuid"])))
         return rows
 
+    def _summaries(self) -> list[dict[str, Any]]:
+        """Each entity node's summary (what Graphiti serves about an entity beside its
+        edges), read from the graph."""
+        nodes = asyncio.run(self.EntityNode.get_by_group_ids(self.driver, self.groups))
+        rows = [
+            {"id": n.uuid, "name": n.name, "text": n.summary or "", "user": n.group_id}
+            for n in nodes
+        ]
+        return sorted(rows, key=lambda r: (str(r["name"]), str(r["id"])))
+
     def snapshot(self) -> dict[str, Any]:
-        return {"edges": self._edges()}
+        if self.unopenable is not None:  # the library did not start: it serves nothing
+            return {"edges": [], "memories": [], "summaries": []}
+        edges = self._edges()
+        return {
+            "edges": edges,
+            # what the restart checks compare (toki/real/restart.py): the edges a reader is
+            # served, and the entity summaries
+            "memories": [{"id": e["uuid"], "text": e["fact"], "user": e["group"]} for e in edges],
+            "summaries": self._summaries(),
+        }
 
     def observe(self) -> dict[str, Any]:
+        if self.unopenable is not None:
+            derived = {"records": [], "structures": {}, "agree": [], "steps": list(self.steps)}
+            return {**self.snapshot(), "episodes": [], "derived": derived}
+        view = self.snapshot()
         far = stubs.BASE + timedelta(days=36500)
         episodes = asyncio.run(
             self.graphiti.retrieve_episodes(reference_time=far, last_n=10_000, group_ids=[GROUP])
         )
         return {
-            "edges": self._edges(),
+            **view,
             "episodes": [
                 {"name": e.name, "content": e.content, "valid_at": _iso(e.valid_at)}
                 for e in episodes
@@ -470,15 +527,75 @@ class Adapter:
     def on_crash(self, agent: int) -> None:
         pass  # each Kuzu statement committed on its own: what ran stays, nothing is held
 
-    def close(self) -> None:
-        """Close the run's Kuzu database explicitly: each one reserves Kuzu's default
-        max_db_size (8 TiB) of address space until it is closed, and waiting for the garbage
-        collector let a long real matrix run out of it ("Mmap for size 8796093022208
-        failed")."""
+    # -- restart hooks (toki/real/faults.py): files, reopen, probes ------------------------
+
+    def durable_files(self) -> list[str]:
+        """Kuzu's database file and its write-ahead log (Kuzu 0.11: `<path>` and
+        `<path>.wal`): what a restarted process opens."""
+        return [] if self.path is None else [self.path, self.path + ".wal"]
+
+    def reopen(self) -> None:
+        """A fresh Graphiti over the files the dead process left: their bytes are copied
+        into a new folder first (what is on disk at the death; nothing of the dead instance
+        is flushed into them), then the dead instance's handles are let go."""
+        assert self.path is not None
+        folder, trial = self._new_dir(), self._new_dir()
+        for f in self.durable_files():
+            if os.path.exists(f):
+                shutil.copyfile(f, os.path.join(folder, os.path.basename(f)))
+                shutil.copyfile(f, os.path.join(trial, os.path.basename(f)))
+        self._release()
+        self.unopenable = _opens(os.path.join(trial, "graph.kuzu"))
+        shutil.rmtree(trial, ignore_errors=True)
+        if self.unopenable is None:
+            self._connect(folder)
+
+    def probe(self, text: str, scope: str) -> list[dict[str, Any]]:
+        """What Graphiti's search for `text` in group `scope` answers (best first); its
+        search reports no score."""
+        edges = asyncio.run(self.graphiti.search(text, group_ids=[scope], num_results=3))
+        return [{"id": e.uuid, "text": e.fact, "score": None} for e in edges]
+
+    def integrity(self) -> dict[str, Any]:
+        """Graphiti's two records of which episode supports which edge (each edge's
+        `episodes`, each episode's `entity_edges`), counted: they must agree."""
+        structures = self._derived()["structures"]
+        return {name: len(ids) for name, ids in structures.items()}
+
+    def _release(self) -> None:
+        self.unopenable = None
         driver, self.graphiti, self.driver = self.driver, None, None
         if driver is not None:
             driver.client.connection.close()
             driver.db.close()
+
+    def close(self) -> None:
+        """Close the run's Kuzu database explicitly: each one reserves Kuzu's default
+        max_db_size (8 TiB) of address space until it is closed, and waiting for the garbage
+        collector let a long real matrix run out of it ("Mmap for size 8796093022208
+        failed"). Its files go with it."""
+        self._release()
+        if self.root is not None:
+            for name in os.listdir(self.root):
+                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+        self.path = None
+
+
+def _opens(path: str) -> str | None:
+    """Whether Kuzu opens the database at `path` in a fresh process (None), else why not:
+    opening replays the write-ahead log, and a replay that crashes the engine must not take
+    the worker with it (the files are a scratch copy: a replay rewrites them)."""
+    code = "import sys, kuzu; kuzu.Database(sys.argv[1])"
+    done = subprocess.run(
+        [sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120
+    )
+    if done.returncode == 0:
+        return None
+    if done.returncode < 0:
+        how = f"the process died of signal {signal.Signals(-done.returncode).name}"
+    else:
+        how = f"exit {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}"
+    return f"kuzu.Database({os.path.basename(path)!r}) on the dead process's files: {how}"
 
 
 def _claim(text: str, day: int = 0) -> dict[str, Any] | None:

@@ -13,7 +13,8 @@ attempts the guard refused since the previous response. Operations:
   crash {agent}                  -> abandon the agent where it is parked
   kill {tear}                    -> the process dies: every agent abandoned; with tear, the
                                     last write of a durable file reaches disk only in part
-  reopen                         -> a fresh instance from the library's own files (restart)
+  reopen                         -> a fresh instance from the library's own files (restart);
+                                    "failed" says why they do not open, if they do not
   probe {queries}                -> what the library answers to searches (after a restart)
   observe                        -> the library's state through its own API and records
   recover {config}               -> what the library's own recovery rebuilds (if it has one)
@@ -30,6 +31,7 @@ The library's own prints go to stderr: the protocol owns the real stdout.
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import importlib
 import json
 import os
@@ -125,10 +127,12 @@ class Worker:
             ctl.restart()
             self.adapter.reopen()
             self.files.reset(self._durable())
+            failed = getattr(self.adapter, "unopenable", None)  # why its files do not open
             integrity = getattr(self.adapter, "integrity", None)
             return {
                 "view": self.adapter.snapshot(),
-                "integrity": integrity() if integrity is not None else None,
+                "integrity": integrity() if integrity is not None and not failed else None,
+                **({"failed": failed} if failed else {}),
             }
         if op == "probe":
             integrity = getattr(self.adapter, "integrity", None)
@@ -167,6 +171,7 @@ def main(argv: list[str]) -> int:
     os.dup2(2, 1)  # anything the library prints goes to stderr
     sys.stdout = sys.stderr
     guard.install()
+    faulthandler.enable()  # a library that crashes the interpreter leaves its stack in the log
 
     def send(resp: dict[str, Any]) -> None:
         resp["network"] = guard.drain()
