@@ -25,7 +25,8 @@ Gate points and footprints ("*": every key):
 
 Every get/put/search/delete passes through `Store.batch` (the research notes), so that one
 wrapper is the whole store boundary. Thread pools (langchain's `ContextThreadPoolExecutor`,
-LangGraph's background executor) run inline inside an agent, and uuid4 (LangMem's new
+LangGraph's background executor) and threads an agent starts (LangMem's reflection worker)
+are units of the agent (`pools`), and uuid4 (LangMem's new
 memory ids, trustcall's message ids) draws from one stream per agent.
 """
 
@@ -42,9 +43,8 @@ import types
 import uuid as _uuid
 from typing import Any
 
-from . import stubs
+from . import pools, stubs
 from .controller import Controller
-from .mem0 import _inline_pools
 
 __all__ = ["Adapter"]
 
@@ -91,6 +91,8 @@ def _existing(messages: Any) -> list[dict[str, Any]]:
 
 class Adapter:
     """The in-environment half of the LangGraph store and LangMem adapters."""
+
+    units = True  # pool submissions and started threads are units of their agent (`pools`)
 
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
@@ -144,7 +146,7 @@ class Adapter:
         self.PostgresStore = PostgresStore
         if PostgresStore is not None:
             gate_batch(PostgresStore, False)  # the server stamps its rows
-        _inline_pools()
+        pools.install_from_env(controller)
         fake_uuid = types.SimpleNamespace(**{**vars(_uuid), "uuid4": stubs.uuid4})
         import langmem.knowledge.extraction as extraction
         import trustcall._base as trustcall_base
