@@ -151,6 +151,7 @@ class Controller:
         self._units: dict[int, int] = {}  # async agent -> units (tasks, threads) created
         self._waiting: dict[int, dict[int, _Waiter]] = {}  # sync agent -> blocked units
         self._ended: dict[int, Any] = {}  # sync agent -> its own thread's result
+        self._thread_units: dict[int, int] = {}  # thread ident -> unit (sync agents' threads)
         self._done: dict[int, Any] = {}
         self._threads: list[threading.Thread] = []
         self._dead: list[_Slot] = []
@@ -190,7 +191,7 @@ class Controller:
             "reads": sorted([list(r) for r in reads], key=repr),
             "writes": sorted([list(w) for w in writes], key=repr),
         }
-        unit = _TASK.get()
+        unit = self._unit()
         loop = self._loops.get(agent)  # set: a thread of an async agent (a unit of its own)
         if loop is not None or unit:
             point["task"] = unit
@@ -273,6 +274,12 @@ class Controller:
     def agent(self) -> int | None:
         return CURRENT.get()
 
+    def _unit(self) -> int:
+        """The calling unit: a thread of a synchronous agent by its thread (a pool that runs
+        functions in a context copied at submission, as langchain's, carries the submitter's
+        `_TASK`), else the context's (asyncio tasks share their loop's thread)."""
+        return self._thread_units.get(threading.get_ident(), _TASK.get())
+
     def begin_claim(self, index: int) -> None:
         """The calling agent starts the index-th claim of its inbox (named in its points)."""
         _CLAIM.set(index)
@@ -296,6 +303,8 @@ class Controller:
             CURRENT.set(agent)
             _GENERATION.set(generation)
             _TASK.set(0)
+            if not is_async:
+                self._thread_units[threading.get_ident()] = 0
             try:
                 outcome = self._run_loop(agent, body) if is_async else body()
                 result: Any = {"state": "done", "outcome": outcome}
@@ -409,6 +418,7 @@ class Controller:
             waiters = [w for blocked in self._waiting.values() for w in blocked.values()]
             self._waiting.clear()
             self._ended.clear()
+            self._thread_units.clear()
             self._slots.clear()
             self._quiet.clear()
             self._async.clear()
@@ -448,10 +458,11 @@ class Controller:
                 result: dict[str, Any] = self._done[agent]
                 return result
             if agent not in self._slots:
-                blocked = sorted(self._waiting.get(agent) or {})
+                waiting = self._waiting.get(agent) or {}
+                blocked = {u: getattr(w.ready, "__qualname__", "?") for u, w in waiting.items()}
                 raise GateTimeout(
-                    f"agent {agent}: every unit is blocked (units {blocked} wait for each "
-                    "other or for something no unit will do) and none is parked"
+                    f"agent {agent}: every unit is blocked (unit: what it waits for: "
+                    f"{dict(sorted(blocked.items()))}) and none is parked"
                 )
             parked = sorted(self._slots[agent].items())
             return {
@@ -533,6 +544,7 @@ class Controller:
             waiter.event.wait()
             if waiter.abandon or generation != self._generation:
                 return
+            self._thread_units[threading.get_ident()] = unit
             try:
                 context.run(target)
             except Abandoned:
@@ -564,7 +576,7 @@ class Controller:
         """Called by a unit of a synchronous agent instead of blocking: stop counting as
         running until `ready()` holds (True) or, with `timeout` (virtual seconds), until the
         agent has nothing else to do and this is the earliest deadline (False)."""
-        agent, unit = CURRENT.get(), _TASK.get()
+        agent, unit = CURRENT.get(), self._unit()
         assert agent is not None
         with self._cond:
             if ready():
