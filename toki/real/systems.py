@@ -36,7 +36,8 @@ _MEM0_GATES = (
     "uuid4 in mem0.memory.main, storage and the FAISS store (one stream per agent)",
     "FAISS: search, list, keyword_search, search_batch, get, insert, update, delete",
     "SQLite history: add_history, batch_add_history, get_history; messages (2.x)",
-    "thread pools: ThreadPoolExecutor.submit runs inline inside an agent (serialised)",
+    "thread pools: each ThreadPoolExecutor submission is a unit of its agent (1.x add, "
+    "search, get_all); TOKI_REAL_POOLS=inline runs them in the agent's thread",
 )
 
 _ASYNC_ENTITY_GATES = (

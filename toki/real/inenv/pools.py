@@ -19,6 +19,9 @@ as parked while the unit it waits for runs, and which unit runs next is a functi
 schedule (`tasks:<n>` explores the orders of parked units). `VirtualTime` is a `time` module
 for a library's background loop: `sleep` is a timed block, `time()` reads virtual seconds.
 
+Inside an asynchronous agent (its executor threads are units already, see the controller)
+a submission still runs inline in the submitting thread.
+
 `inline(controller)` is the earlier behaviour, kept for comparison (the systems whose env
 sets `TOKI_REAL_POOLS=inline`): `submit` runs the function at once in the agent's thread.
 """
@@ -59,16 +62,19 @@ def inline(controller: Controller) -> None:
     def submit(self: Any, fn: Any, /, *args: Any, **kw: Any) -> Any:
         if controller.agent() is None:
             return original(self, fn, *args, **kw)
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        try:
-            future.set_result(fn(*args, **kw))
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                raise
-            future.set_exception(exc)
-        return future
+        return _run_inline(fn, args, kw)
 
     concurrent.futures.ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
+
+
+def _run_inline(fn: Any, args: Any, kw: Any) -> concurrent.futures.Future[Any]:
+    """Run `fn` now in the calling thread; a finished future with its result or error."""
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    try:
+        future.set_result(fn(*args, **kw))
+    except Exception as exc:
+        future.set_exception(exc)
+    return future
 
 
 def install(controller: Controller) -> None:
@@ -86,6 +92,8 @@ def install(controller: Controller) -> None:
 
     def submit(self: Any, fn: Any, /, *args: Any, **kw: Any) -> Any:
         if not ctl.in_units():
+            if ctl.agent() is not None:  # a thread of an asynchronous agent: inline, as before
+                return _run_inline(fn, args, kw)
             return submit0(self, fn, *args, **kw)
         if getattr(self, "_shutdown", False):
             raise RuntimeError("cannot schedule new futures after shutdown")
