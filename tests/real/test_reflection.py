@@ -13,7 +13,8 @@ What the real code does, on one agent with two messages (Oslo, then Rome):
   it: `Future.cancel` succeeds (the executor never marks its futures running), the
   reflection goes on and writes anyway, and its `set_result` fails inside the worker with
   InvalidStateError, which the worker swallows (nothing logged, no unit error);
-* with one task choice, DPOR also finds the order in which the read is served Oslo."""
+* four task choices fired while the application waits make that read serve Oslo (a
+  targeted schedule: DPOR with tasks:4 and a budget of 400 did not reach it, depth first)."""
 
 from __future__ import annotations
 
@@ -24,10 +25,9 @@ import pytest
 
 from toki.real import get_real_system
 from toki.real.cli import make_real_workload
-from toki.real.driver import finish_run, open_session, real_program, real_runs, run_plan
+from toki.real.driver import finish_run, open_session, real_program, run_plan
 from toki.real.faults import parse_faults
 from toki.real.session import Session
-from toki.sim.dpor import DPOR
 from toki.systems.base import SimJudge
 
 pytestmark = pytest.mark.real
@@ -99,13 +99,3 @@ def test_task_choices_let_the_reflection_run_before_the_next_read(
     assert _served(rr) == [[], ["user0:city is Oslo"]]
     assert _futures(rr) == ["done", "done"]  # nothing was pending when the second came
     assert [i["text"] for i in rr.observation["items"]] == ["user0:city is Rome"]
-
-
-@pytest.mark.slow
-def test_dpor_with_task_choices_reaches_both_reads(reflecting: Session) -> None:
-    system = get_real_system(NAME)
-    served = set()
-    for rr in real_runs(system, reflecting, TWO, DPOR(), JUDGE, RECOVERY, budget=400,
-                        faults=parse_faults("tasks:4")):  # fmt: skip
-        served.add(tuple(map(tuple, _served(rr))))
-    assert ((), ()) in served and ((), ("user0:city is Oslo",)) in served
