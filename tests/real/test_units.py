@@ -1,11 +1,14 @@
-"""Parallelism inside one library call: the units (asyncio tasks, executor threads) of one
-agent are interleaved by the explorer through task choices (`--faults tasks:<n>`), DPOR
-included, with the union of the parked units' footprints (docs/real.md, Faults and units).
+"""Parallelism inside one library call: the units (asyncio tasks, executor threads, the
+thread-pool threads of a synchronous library) of one agent are interleaved by the explorer
+through task choices (`--faults tasks:<n>`), DPOR included, with the union of the parked
+units' footprints (docs/real.md, Units inside a call).
 
-The library is `toki/real/inenv/async_demo.py`: one `add()` gathers two coroutines that
-read-modify-write one document through `asyncio.to_thread`. Its lost update needs the two
-units of ONE agent to interleave: DPOR finds it with one task choice and cannot with the
-old execution (an agent's oldest parked unit always released first)."""
+The libraries are `toki/real/inenv/async_demo.py` (one `add()` gathers two coroutines that
+read-modify-write one document through `asyncio.to_thread`) and `toki/real/inenv/sync_demo.py`
+(one `add()` submits the same two read-modify-writes to a `ThreadPoolExecutor` and waits).
+Their lost update needs the two units of ONE agent to interleave: DPOR finds it with one task
+choice and cannot with the old execution (an agent's oldest parked unit always released
+first; for the pool, its submissions run inline in the agent's thread)."""
 
 from __future__ import annotations
 
@@ -72,6 +75,27 @@ DEMO = RealSystem(
     module="json",
     adapter="async_demo",
     host=DemoHost(),
+)
+
+
+SYNC = RealSystem(
+    name="sync-demo",
+    title="a synchronous library whose add() runs two writers of one document in a pool",
+    library="toki-sync-demo",
+    version="1",
+    module="json",
+    adapter="sync_demo",
+    host=DemoHost(),
+)
+SYNC_INLINE = RealSystem(
+    name="sync-demo-inline",
+    title="the same library with its pool run inline in the agent's thread (the old way)",
+    library="toki-sync-demo",
+    version="1",
+    module="json",
+    adapter="sync_demo",
+    host=DemoHost(),
+    env={"TOKI_REAL_POOLS": "inline"},
 )
 
 
@@ -197,3 +221,71 @@ def test_dpor_reaches_every_state_random_search_reaches(demo: Session) -> None:
         return {rr.state_digest for rr in runs}
 
     assert states(RandomStrategy(7), 60) <= states(DPOR(), 500)
+
+
+# ------------------------------------------------------------------ a synchronous thread pool
+
+
+@pytest.fixture(scope="module")
+def sync_demo() -> Iterator[Session]:
+    with open_session(SYNC) as session:
+        yield session
+
+
+def _explore_sync(system: RealSystem, session: Session, faults: str) -> Any:
+    return explore_real(
+        system, ONE, DPOR(), JUDGE, RECOVERY, budget=200, faults=parse_faults(faults),
+        session=session,
+    )  # fmt: skip
+
+
+def test_pool_threads_inline_never_interleave() -> None:
+    """The old execution: the pool's submissions run at once in the agent's thread, so
+    whatever the task choices, one agent is one unit and nothing is lost."""
+    with open_session(SYNC_INLINE) as session:
+        report = _explore_sync(SYNC_INLINE, session, "tasks:2")
+        assert report.exhausted  # every placement of two task choices: none changes a thing
+        assert report.anomalies["N2"] == 0 and report.distinct_states == 1
+        program, live = real_program(SYNC_INLINE, session, ONE, JUDGE)
+        rr = finish_run(SYNC_INLINE, session, live, run_plan(program, [(0, None, None)]),
+                        RECOVERY, JUDGE)  # fmt: skip
+        assert all("task" not in t for t in rr.trace)  # one unit: the agent's own thread
+
+
+def test_pool_threads_as_units_released_oldest_first_lose_nothing(sync_demo: Session) -> None:
+    report = _explore_sync(SYNC, sync_demo, "")
+    assert report.schedules == 1 and report.anomalies["N2"] == 0
+    assert report.notes["sibling_order_fixed"] > 0 and not report.exhausted
+
+
+def test_dpor_with_one_task_choice_finds_the_pool_lost_update(sync_demo: Session) -> None:
+    report = _explore_sync(SYNC, sync_demo, "tasks:1")
+    assert report.anomalies["N2"] > 0
+    witness = report.witnesses["N2"]
+    assert "task:0" in witness.schedule
+    assert witness.observed == {ONE.keys[0]: belief_entry([])}
+
+
+def test_pool_units_two_choices_reach_every_order(sync_demo: Session) -> None:
+    report = _explore_sync(SYNC, sync_demo, "tasks:2")
+    assert report.exhausted and report.distinct_states == 3
+    orders = set()
+    for rr in real_runs(SYNC, sync_demo, ONE, DPOR(), JUDGE, RECOVERY, budget=500,
+                        faults=parse_faults("tasks:2")):  # fmt: skip
+        orders.add(tuple((t["point"], t.get("task", 0)) for t in rr.trace))
+    assert len(orders) == 6
+
+
+def test_pool_units_same_schedule_same_record(sync_demo: Session) -> None:
+    program, live = real_program(SYNC, sync_demo, ONE, JUDGE, faults=parse_faults("tasks:1"))
+    schedule = (0, "task:0", 0, 0, 0)
+    records = []
+    for _ in range(3):
+        with unwrapped():
+            run = replay_schedule(program, schedule)
+        rr = finish_run(SYNC, sync_demo, live, run, RECOVERY, JUDGE)
+        records.append(rr.digest)
+        units = [(t["point"], t.get("task", 0)) for t in rr.trace]
+        assert units == [("doc.read", 1), ("doc.read", 2), ("doc.write", 1), ("doc.write", 2)]
+        assert rr.observation["memories"] == {} and rr.observation["count"] == 1
+    assert len(set(records)) == 1

@@ -194,10 +194,10 @@ def real_program(
             f"system {system.name!r}: its adapter cannot reopen the library from its files "
             "(no restart hook), so restart and torn faults do not apply"
         )
-    if plan.tasks and not session.info.get("is_async"):
+    if plan.tasks and not (session.info.get("is_async") or session.info.get("units")):
         raise WorkerError(
-            f"system {system.name!r}: its adapter is not asynchronous (one unit per agent), "
-            "so tasks:<n> does not apply"
+            f"system {system.name!r}: its adapter runs one unit per agent (not asynchronous, "
+            "no thread pools), so tasks:<n> does not apply"
         )
 
     def agent(i: int, inbox: Sequence[SimClaim]) -> Agent:

@@ -22,7 +22,7 @@ from toki.real.errors import NetworkRefused, WorkerError
 __all__ = ["Session"]
 
 WORKER_ROOT = Path(__file__).resolve().parent  # contains the `inenv` package
-_KEEP = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT", "TMPDIR")
+_KEEP = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT", "TMPDIR", "TOKI_REAL_POOLS")
 
 
 class Session:

@@ -36,7 +36,8 @@ _MEM0_GATES = (
     "uuid4 in mem0.memory.main, storage and the FAISS store (one stream per agent)",
     "FAISS: search, list, keyword_search, search_batch, get, insert, update, delete",
     "SQLite history: add_history, batch_add_history, get_history; messages (2.x)",
-    "thread pools: ThreadPoolExecutor.submit runs inline inside an agent (serialised)",
+    "thread pools: each ThreadPoolExecutor submission is a unit of its agent (1.x add, "
+    "search, get_all); TOKI_REAL_POOLS=inline runs them in the agent's thread",
 )
 
 _ASYNC_ENTITY_GATES = (
@@ -347,6 +348,28 @@ SYSTEMS["langgraph-store-postgres-3.1.0"] = RealSystem(
     ),
     simplified=("as langgraph-store-postgres (the same adapter)",),
 )
+SYSTEMS["langmem-0.0.30-reflection"] = RealSystem(
+    name="langmem-0.0.30-reflection",
+    title="LangMem 0.0.30's ReflectionExecutor: the manager runs on a background thread",
+    library="langmem",
+    version="0.0.30",
+    module="langmem",
+    adapter="langchain",
+    host=LangMemHost("langmem-reflection"),
+    lock="langgraph-1.2.24.txt",
+    venv="langgraph-1.2.24",
+    model=None,  # the application differs from the model row's (it does not wait)
+    intercepted=(
+        "as langmem-0.0.30; the executor's worker thread is a unit of the agent that made "
+        "the executor, its queue waits and sleeps go through the controller (virtual time)",
+    ),
+    simplified=(
+        "each agent is one conversation: per message it reads its memories, then submits "
+        "the whole conversation (thread_id = the conversation), and leaves a `with` block "
+        "(shutdown, wait=True) at the end; after_seconds = 0",
+        "the stub model answers for the last value of each key the conversation states",
+    ),
+)
 SYSTEMS["langmem-0.0.30"] = RealSystem(
     name="langmem-0.0.30",
     title="LangMem 0.0.30 memory store manager (trustcall) over a LangGraph InMemoryStore",
@@ -363,7 +386,7 @@ SYSTEMS["langmem-0.0.30"] = RealSystem(
         "_generate is a gate point (the host answers with tool calls: Memory, PatchDoc, "
         "RemoveDoc)",
         "Store.batch: every search/put/delete of the manager",
-        "thread pools (langchain's ContextThreadPoolExecutor) run inline inside an agent",
+        "thread pools (langchain's ContextThreadPoolExecutor): each submission a unit of its agent",
         "uuid4 (new memory ids): one stream per agent",
     ),
     simplified=(

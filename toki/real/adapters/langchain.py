@@ -86,16 +86,29 @@ class LangGraphStoreHost:
 
 @dataclass(frozen=True, slots=True)
 class LangMemHost:
+    mode: str = "langmem"  # or "langmem-reflection": the manager behind ReflectionExecutor
+
     def config(self, workload: Workload) -> dict[str, Any]:
         scopes = getattr(workload, "scopes", None)  # an OpProgram names its users
         subjects = sorted(scopes) if scopes is not None else _subjects(workload)
-        return {"mode": "langmem", "subjects": subjects}
+        return {"mode": self.mode, "subjects": subjects}
 
     def answer(self, point: GatePoint, judge: Picker) -> Any:
+        """Tool calls for the claim the model is shown; for a whole conversation (the
+        reflection executor's payload), for the last value of each key it states."""
         if point.kind != "llm":
             return None
         detail = point.detail if isinstance(point.detail, Mapping) else {}
-        claim = detail.get("claim") or {}
+        claims = detail.get("claims")
+        if not isinstance(claims, list):
+            return self._answer(detail, detail.get("claim") or {}, judge)
+        last = {str(c.get("key")): c for c in claims if isinstance(c, Mapping)}
+        calls: list[Any] = []
+        for key in last:  # in the order the conversation first names them
+            calls += self._answer(detail, last[key], judge)["tool_calls"]
+        return {"tool_calls": calls}
+
+    def _answer(self, detail: Mapping[str, Any], claim: Mapping[str, Any], judge: Picker) -> Any:
         key, value = str(claim.get("key", "")), str(claim.get("value", ""))
         tools = list(detail.get("tools") or [])
         text = f"{key} is {value}"

@@ -32,6 +32,17 @@ thread runs in the context of the task that awaits it, so it is that task's unit
 point in such a thread parks it like a task. The agent counts as parked only when no
 thread of it is running (`_busy`): a released thread runs until it parks again or its
 function returns (and the loop has taken the result), so one unit still runs at a time.
+
+Threads of a synchronous agent are units too (`spawn`, used by `toki.real.inenv.pools` for
+`ThreadPoolExecutor.submit` and `threading.Thread.start` inside an agent): the agent's own
+thread is unit 0, each spawned thread the next unit number. `_busy` counts the agent's
+running threads; a unit that would block (a future's result, `wait`, a join, a queue) calls
+`block(ready)` instead and stops counting. Whenever no unit of the agent runs (a unit parked,
+blocked or returned: `_settle`), the lowest-numbered blocked unit whose condition now holds is
+woken and runs; a spawned unit starts the same way. Only when nothing holds and nothing is
+parked does time pass: the blocked unit with the earliest timeout (virtual seconds,
+`vclock`) is woken as timed out. So one unit runs at a time, which one is a function of
+the schedule, and the agent counts as parked (or finished) only when none runs.
 """
 
 from __future__ import annotations
@@ -59,6 +70,20 @@ class Abandoned(BaseException):
 
 class GateTimeout(RuntimeError):
     """A released agent neither reached a gate point nor finished in time."""
+
+
+class _Waiter:
+    """A blocked unit of a synchronous agent: woken when `ready()` holds (or, with a
+    deadline, when the agent idles): `timed_out` says which."""
+
+    __slots__ = ("abandon", "deadline", "event", "ready", "timed_out")
+
+    def __init__(self, ready: Callable[[], bool], deadline: float | None) -> None:
+        self.ready = ready
+        self.deadline = deadline
+        self.event = threading.Event()
+        self.abandon = False
+        self.timed_out = False
 
 
 class _Slot:
@@ -124,6 +149,9 @@ class Controller:
         self._loops: dict[int, asyncio.AbstractEventLoop] = {}  # async agent -> its loop
         self._busy: dict[int, int] = {}  # async agent -> its threads running (not parked)
         self._units: dict[int, int] = {}  # async agent -> units (tasks, threads) created
+        self._waiting: dict[int, dict[int, _Waiter]] = {}  # sync agent -> blocked units
+        self._ended: dict[int, Any] = {}  # sync agent -> its own thread's result
+        self._thread_units: dict[int, int] = {}  # thread ident -> unit (sync agents' threads)
         self._done: dict[int, Any] = {}
         self._threads: list[threading.Thread] = []
         self._dead: list[_Slot] = []
@@ -132,6 +160,8 @@ class Controller:
         self._generation = 0
         self.seed = 0
         self.clock_ticks = 0
+        self.vclock = 0.0  # virtual seconds that timed waits of units have let pass
+        self.unit_errors: list[dict[str, Any]] = []  # exceptions that ended a spawned unit
         self.ids: dict[str, int] = {}
         self.executed: list[dict[str, Any]] = []  # released points, in order (the trace)
 
@@ -161,15 +191,16 @@ class Controller:
             "reads": sorted([list(r) for r in reads], key=repr),
             "writes": sorted([list(w) for w in writes], key=repr),
         }
-        unit = _TASK.get()
+        unit = self._unit()
         loop = self._loops.get(agent)  # set: a thread of an async agent (a unit of its own)
-        if loop is not None:
+        if loop is not None or unit:
             point["task"] = unit
         slot = _Slot(point, loop)
         with self._cond:
             self._slots.setdefault(agent, {})[unit] = slot
-            if loop is not None:
-                self._busy[agent] = self._busy.get(agent, 0) - 1
+            self._busy[agent] = self._busy.get(agent, 0) - 1
+            if loop is None:
+                self._settle(agent)
             self._cond.notify_all()
         if loop is not None:
             self._watch_from_host(agent, loop)
@@ -243,6 +274,12 @@ class Controller:
     def agent(self) -> int | None:
         return CURRENT.get()
 
+    def _unit(self) -> int:
+        """The calling unit: a thread of a synchronous agent by its thread (a pool that runs
+        functions in a context copied at submission, as langchain's, carries the submitter's
+        `_TASK`), else the context's (asyncio tasks share their loop's thread)."""
+        return self._thread_units.get(threading.get_ident(), _TASK.get())
+
     def begin_claim(self, index: int) -> None:
         """The calling agent starts the index-th claim of its inbox (named in its points)."""
         _CLAIM.set(index)
@@ -258,10 +295,16 @@ class Controller:
         generation = self._generation
         if is_async:
             self._async.add(agent)
+        else:
+            with self._cond:
+                self._busy[agent] = 1  # the agent's own thread, unit 0
 
         def run() -> None:
             CURRENT.set(agent)
             _GENERATION.set(generation)
+            _TASK.set(0)
+            if not is_async:
+                self._thread_units[threading.get_ident()] = 0
             try:
                 outcome = self._run_loop(agent, body) if is_async else body()
                 result: Any = {"state": "done", "outcome": outcome}
@@ -270,9 +313,15 @@ class Controller:
             except BaseException as exc:  # the library raised out of the agent's call
                 result = {"state": "done", "outcome": {"error": f"{type(exc).__name__}: {exc}"}}
             with self._cond:
-                if generation == self._generation:
+                if generation != self._generation:
+                    return
+                if is_async:
                     self._done[agent] = result
-                    self._cond.notify_all()
+                else:  # done once none of its units runs or is parked (`_parked`)
+                    self._ended[agent] = result
+                    self._busy[agent] = self._busy.get(agent, 0) - 1
+                    self._settle(agent)
+                self._cond.notify_all()
 
         thread = threading.Thread(target=run, name=f"toki-agent-{agent}", daemon=True)
         self._threads.append(thread)
@@ -303,7 +352,7 @@ class Controller:
             self._quiet.discard(agent)
         failed = {} if fail is None else {"failed": f"{type(fail).__name__}: {fail}"}
         self.executed.append({**slot.point, **failed})
-        if slot.loop is not None and slot.future is None:  # a thread unit: it runs now
+        if slot.future is None:  # a thread (of a sync agent, or an async one's unit): it runs
             with self._cond:
                 self._busy[agent] = self._busy.get(agent, 0) + 1
         slot.wake(reply, fail=fail)
@@ -355,9 +404,9 @@ class Controller:
     def restart(self) -> None:
         """A fresh process after a death: discard the agents (as `reset`), but the clock and
         the id streams go on (a restarted service neither rewinds time nor re-draws ids)."""
-        ticks, ids, seed = self.clock_ticks, dict(self.ids), self.seed
+        ticks, ids, seed, vclock = self.clock_ticks, dict(self.ids), self.seed, self.vclock
         self.reset(seed)
-        self.clock_ticks, self.ids = ticks, ids
+        self.clock_ticks, self.ids, self.vclock = ticks, ids, vclock
 
     def reset(self, seed: int) -> None:
         """Discard the run: wake every parked or abandoned thread with `Abandoned`, join them,
@@ -366,6 +415,10 @@ class Controller:
             self._generation += 1
             slots = [s for parked in self._slots.values() for s in parked.values()]
             slots += self._dead
+            waiters = [w for blocked in self._waiting.values() for w in blocked.values()]
+            self._waiting.clear()
+            self._ended.clear()
+            self._thread_units.clear()
             self._slots.clear()
             self._quiet.clear()
             self._async.clear()
@@ -379,11 +432,16 @@ class Controller:
             self._by_agent.clear()
         for slot in slots:
             slot.wake(abandon=True)
+        for waiter in waiters:
+            waiter.abandon = True
+            waiter.event.set()
         for thread in self._threads:
             thread.join(timeout=self.timeout)
         self._threads = [t for t in self._threads if t.is_alive()]
         self.seed = seed
         self.clock_ticks = 0
+        self.vclock = 0.0
+        self.unit_errors = []
         self.ids = {}
         self.executed = []
 
@@ -399,6 +457,13 @@ class Controller:
             if agent in self._done:
                 result: dict[str, Any] = self._done[agent]
                 return result
+            if agent not in self._slots:
+                waiting = self._waiting.get(agent) or {}
+                blocked = {u: getattr(w.ready, "__qualname__", "?") for u, w in waiting.items()}
+                raise GateTimeout(
+                    f"agent {agent}: every unit is blocked (unit: what it waits for: "
+                    f"{dict(sorted(blocked.items()))}) and none is parked"
+                )
             parked = sorted(self._slots[agent].items())
             return {
                 "state": "parked",
@@ -441,7 +506,111 @@ class Controller:
             return (
                 agent in self._quiet and bool(self._slots.get(agent)) and not self._busy.get(agent)
             )
-        return agent in self._slots
+        if self._busy.get(agent):
+            return False
+        if agent in self._ended and not self._slots.get(agent):
+            # finished: units still blocked stay so (nobody waits for them any more)
+            self._done[agent] = self._ended.pop(agent)
+        return True  # parked, finished, or stuck (`_wait` says which)
+
+    # -- units of synchronous agents -------------------------------------------------------
+
+    def in_units(self) -> bool:
+        """The caller is a thread of a synchronous agent of the current run."""
+        agent = CURRENT.get()
+        return (
+            agent is not None and agent not in self._async and _GENERATION.get() == self._generation
+        )
+
+    def spawn(
+        self,
+        target: Callable[[], Any],
+        ready: Callable[[], bool] | None = None,
+        start: Callable[[Callable[[], None]], None] | None = None,
+    ) -> int:
+        """Make `target` the next unit of the calling (synchronous) agent; it starts once
+        no unit of the agent runs and `ready()` holds (a free worker of its pool). `start`
+        runs the given function in a new thread (default: a daemon thread of the
+        controller's). Returns the unit number."""
+        agent = CURRENT.get()
+        assert agent is not None
+        generation = self._generation
+        unit = self._next_unit(agent)
+        waiter = _Waiter(ready or (lambda: True), None)
+        context = contextvars.copy_context()
+        context.run(_TASK.set, unit)
+
+        def run() -> None:
+            waiter.event.wait()
+            if waiter.abandon or generation != self._generation:
+                return
+            self._thread_units[threading.get_ident()] = unit
+            try:
+                context.run(target)
+            except Abandoned:
+                return
+            except BaseException as exc:  # nobody catches it: recorded, as threading would print it
+                with self._cond:
+                    self.unit_errors.append(
+                        {"agent": agent, "task": unit, "error": f"{type(exc).__name__}: {exc}"}
+                    )
+            with self._cond:
+                if generation != self._generation:
+                    return
+                self._busy[agent] = self._busy.get(agent, 0) - 1
+                self._settle(agent)
+                self._cond.notify_all()
+
+        with self._cond:
+            self._waiting.setdefault(agent, {})[unit] = waiter
+        if start is None:
+            thread = threading.Thread(target=run, name=f"toki-agent-{agent}-unit", daemon=True)
+            thread._toki_unit = True  # type: ignore[attr-defined]  # a unit already
+            self._threads.append(thread)
+            thread.start()
+        else:
+            start(run)
+        return unit
+
+    def block(self, ready: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Called by a unit of a synchronous agent instead of blocking: stop counting as
+        running until `ready()` holds (True) or, with `timeout` (virtual seconds), until the
+        agent has nothing else to do and this is the earliest deadline (False)."""
+        agent, unit = CURRENT.get(), self._unit()
+        assert agent is not None
+        with self._cond:
+            if ready():
+                return True
+            deadline = None if timeout is None else self.vclock + max(0.0, timeout)
+            waiter = _Waiter(ready, deadline)
+            self._waiting.setdefault(agent, {})[unit] = waiter
+            self._busy[agent] = self._busy.get(agent, 0) - 1
+            self._settle(agent)
+            self._cond.notify_all()
+        waiter.event.wait()
+        if waiter.abandon or _GENERATION.get() != self._generation:
+            raise Abandoned()
+        return not waiter.timed_out
+
+    def _settle(self, agent: int) -> None:
+        """(Holding the lock.) If no unit of the agent runs, wake one blocked unit: the
+        lowest-numbered whose condition holds; else, when none is parked and the agent's
+        own thread has not ended, the earliest deadline (time passes only when idle)."""
+        if self._busy.get(agent, 0) > 0:
+            return
+        waiting = self._waiting.get(agent) or {}
+        chosen = next((u for u in sorted(waiting) if waiting[u].ready()), None)
+        if chosen is None and not self._slots.get(agent) and agent not in self._ended:
+            timed = [(w.deadline, u) for u, w in waiting.items() if w.deadline is not None]
+            if timed:
+                deadline, chosen = min(timed)
+                waiting[chosen].timed_out = True
+                self.vclock = max(self.vclock, deadline)
+        if chosen is None:
+            return
+        waiter = waiting.pop(chosen)
+        self._busy[agent] = 1
+        waiter.event.set()
 
 
 class _UnitExecutor(concurrent.futures.ThreadPoolExecutor):

@@ -25,7 +25,8 @@ Gate points and footprints ("*": every key):
 
 Every get/put/search/delete passes through `Store.batch` (the research notes), so that one
 wrapper is the whole store boundary. Thread pools (langchain's `ContextThreadPoolExecutor`,
-LangGraph's background executor) run inline inside an agent, and uuid4 (LangMem's new
+LangGraph's background executor) and threads an agent starts (LangMem's reflection worker)
+are units of the agent (`pools`), and uuid4 (LangMem's new
 memory ids, trustcall's message ids) draws from one stream per agent.
 """
 
@@ -36,15 +37,15 @@ import contextlib
 import contextvars
 import importlib.metadata
 import itertools
+import logging
 import os
 import re
 import types
 import uuid as _uuid
 from typing import Any
 
-from . import stubs
+from . import pools, stubs
 from .controller import Controller
-from .mem0 import _inline_pools
 
 __all__ = ["Adapter"]
 
@@ -53,6 +54,10 @@ _LOG = ([("program", "log")], [("program", "log")])
 
 CLAIM: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "toki_real_langchain_claim", default=None
+)
+# the conversation a reflection is about (the executor's payload), for the stub model
+CLAIMS: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar(
+    "toki_real_langchain_claims", default=None
 )
 _INSTANCE = re.compile(r'<instance id=(\S+) schema_type="(\w+)">\s*(.*?)\s*</instance>', re.S)
 _SCHEMAS = itertools.count()
@@ -91,6 +96,8 @@ def _existing(messages: Any) -> list[dict[str, Any]]:
 
 class Adapter:
     """The in-environment half of the LangGraph store and LangMem adapters."""
+
+    units = True  # pool submissions and started threads are units of their agent (`pools`)
 
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
@@ -144,13 +151,20 @@ class Adapter:
         self.PostgresStore = PostgresStore
         if PostgresStore is not None:
             gate_batch(PostgresStore, False)  # the server stamps its rows
-        _inline_pools()
+        pools.install_from_env(controller)
         fake_uuid = types.SimpleNamespace(**{**vars(_uuid), "uuid4": stubs.uuid4})
         import langmem.knowledge.extraction as extraction
         import trustcall._base as trustcall_base
 
         extraction.uuid = fake_uuid
         trustcall_base.uuid = fake_uuid
+        import langmem.reflection as reflection
+
+        reflection.time = pools.VirtualTime(controller)  # the worker's queue loop and sleeps
+        self.ReflectionExecutor = reflection.ReflectionExecutor
+        self.logged: list[str] = []  # what the reflection worker logged as errors
+        reflection.logger.addHandler(_Collect(self.logged))
+        reflection.logger.propagate = False
         self.create_manager = extraction.create_memory_store_manager
         self.chat = _chat_model(controller)
         self.mode = "store-memory"
@@ -161,6 +175,7 @@ class Adapter:
         self.dsn: str | None = None
         self.subjects: list[str] = []
         self.steps: list[dict[str, Any]] = []  # program steps, in the order they returned
+        self.reflected: list[dict[str, Any]] = []  # reflection mode: reads and submissions
 
     def describe(self) -> dict[str, Any]:
         return {"library": "langgraph", "version": self.versions["langgraph"], **self.versions}
@@ -174,7 +189,9 @@ class Adapter:
             self._open_postgres(str(config["dsn"]))
         else:
             self.store = self.InMemoryStore()
-        if self.mode == "langmem":
+        self.reflected = []
+        self.logged.clear()
+        if self.mode in ("langmem", "langmem-reflection"):
             self.manager = self.create_manager(
                 self.chat,
                 namespace=("memories", "{user_id}"),
@@ -200,6 +217,8 @@ class Adapter:
     def agent_main(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
         if inbox and "op" in inbox[0]:
             return self._program(agent, inbox)
+        if self.mode == "langmem-reflection":
+            return self._reflecting(agent, inbox)
         out: list[Any] = []
         for n, claim in enumerate(inbox):
             self.controller.begin_claim(n)
@@ -224,13 +243,50 @@ class Adapter:
                 out.append(f"error: {type(exc).__name__}: {exc}")
         return out
 
+    def _reflecting(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
+        """The application of LangMem's ReflectionExecutor docs: one conversation per agent;
+        for each message it reads the user's memories (what it would answer from), keeps the
+        turn, and submits the whole conversation for reflection in the background (thread_id
+        = the conversation, so a newer submission cancels a pending one) without waiting;
+        the `with` block's exit waits for the executor (shutdown(wait=True))."""
+        out: list[Any] = []
+        conversation: list[dict[str, Any]] = []
+        reflector = _Reflector(self.manager)
+        with self.ReflectionExecutor(reflector, store=self.store) as executor:
+            futures = []
+            for n, claim in enumerate(inbox):
+                self.controller.begin_claim(n)
+                CLAIM.set(claim)
+                subject, _ = subject_of(str(claim["key"]))
+                served = sorted(_content(i.value) for i in self.store.search(("memories", subject)))
+                self.store.put(
+                    ("threads", subject), f"{agent}.{n}", {"text": _text(claim), "claim": claim}
+                )
+                conversation.append(claim)
+                payload = {
+                    "messages": [{"role": "user", "content": _text(c)} for c in conversation],
+                    "claims": list(conversation),
+                }
+                config = {"configurable": {"user_id": subject}}
+                future = executor.submit(payload, config=config, thread_id=f"conversation-{agent}")
+                futures.append(future)
+                self.reflected.append({"agent": agent, "message": n, "served": served})
+                out.append(served)
+        for n, future in enumerate(futures):  # what became of each submission
+            state = "cancelled" if future.cancelled() else "done" if future.done() else "pending"
+            error = None if state != "done" or future.exception() is None else future.exception()
+            self.reflected.append(
+                {"agent": agent, "submission": n, "future": state, "error": _error(error)}
+            )
+        return out
+
     def _items(self) -> list[dict[str, Any]]:
         rows = []
         for subject in self.subjects:
-            namespace = ("memories", subject) if self.mode == "langmem" else (subject,)
+            namespace = ("memories", subject) if self.mode.startswith("langmem") else (subject,)
             for item in self.store.search(namespace, limit=10_000):
                 value = item.value
-                if self.mode == "langmem":
+                if self.mode.startswith("langmem"):
                     rows.append({"subject": subject, "key": item.key, "text": _content(value)})
                 else:
                     rows.append(
@@ -247,7 +303,7 @@ class Adapter:
         return {"items": self._items()}
 
     def observe(self) -> dict[str, Any]:
-        if self.mode != "langmem":
+        if not self.mode.startswith("langmem"):
             return {"items": self._items(), "derived": self._derived()}
         if self.steps:  # a program of the manager's operations
             return {"items": self._items(), "derived": self._derived()}
@@ -257,7 +313,12 @@ class Adapter:
             for item in self.store.search(("threads", subject), limit=10_000)
         ]
         thread.sort(key=lambda i: (i.created_at, i.key))
-        return {"items": self._items(), "thread": [i.value["claim"] for i in thread]}
+        out = {"items": self._items(), "thread": [i.value["claim"] for i in thread]}
+        if self.mode == "langmem-reflection":
+            out["reflection"] = list(self.reflected)
+            out["unit_errors"] = list(self.controller.unit_errors)
+            out["logged"] = list(self.logged)
+        return out
 
     def recover(self, config: dict[str, Any]) -> Any:
         return None  # neither keeps a log: what survives is the store's own rows
@@ -354,7 +415,7 @@ class Adapter:
     def _derived(self) -> dict[str, Any]:
         records = []
         for namespace, key, value in self._rows():
-            if self.mode == "langmem":
+            if self.mode.startswith("langmem"):
                 if namespace[:1] != ("memories",):
                     continue  # the application's thread log, not memories
                 text: Any = _content(value)
@@ -385,6 +446,35 @@ class Adapter:
             with contextlib.suppress(Exception), psycopg.connect(self.dsn, autocommit=True) as c:
                 c.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
         self.schema = None
+
+
+class _Collect(logging.Handler):
+    """Keeps the messages a library logger emits (LangMem's worker logs its errors)."""
+
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.ERROR)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
+class _Reflector:
+    """The reflector the application hands ReflectionExecutor: the memory store manager (its
+    `namespace`), invoked on the payload's messages; the payload's claims are kept for the
+    stub model (what a real model would read from the messages)."""
+
+    def __init__(self, manager: Any) -> None:
+        self.manager = manager
+        self.namespace = manager.namespace
+
+    def invoke(self, payload: dict[str, Any], config: Any = None) -> Any:
+        CLAIMS.set(list(payload.get("claims") or []))
+        return self.manager.invoke({"messages": payload["messages"]}, config=config)
+
+
+def _error(exc: BaseException | None) -> str | None:
+    return None if exc is None else f"{type(exc).__name__}: {exc}"
 
 
 def _item_record(item: Any, mode: str = "store-memory") -> dict[str, Any]:
@@ -440,6 +530,8 @@ def _chat_model(controller: Controller) -> Any:
             if "PatchFunctionErrors" in tools or "PatchFunctionName" in tools:
                 purpose = "repair"
             detail = {"claim": CLAIM.get(), "tools": tools, "existing": _existing(messages)}
+            if CLAIMS.get() is not None:  # a reflection: the whole conversation
+                detail["claims"] = CLAIMS.get()
             reply = controller.gate("llm", f"llm.{purpose}", detail)
             calls = []
             for n, call in enumerate((reply or {}).get("tool_calls") or []):

@@ -16,13 +16,13 @@ ever built). Gate points and their footprints (resources; "*" = every key of the
 
 FAISS `update` calls `delete` then `insert` on itself: those are gate points too, so another
 agent can run between them (the research notes' non-atomic update). Thread pools: `add()`
-(1.x) submits its vector-store work to a ThreadPoolExecutor; inside an agent, submit runs the
-function inline (serialised), so each agent is one thread.
+(1.x) submits its vector-store and graph work to a ThreadPoolExecutor (and `search`/`get_all`
+their reads); each submission is a unit of its agent (`pools`; `TOKI_REAL_POOLS=inline`:
+run at once in the agent's thread, the earlier behaviour).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import contextvars
 import functools
@@ -34,7 +34,7 @@ import types
 import uuid as _uuid
 from typing import Any
 
-from . import stubs
+from . import pools, stubs
 from .controller import CURRENT, Controller
 
 __all__ = ["Adapter"]
@@ -219,26 +219,6 @@ class _TickingDatetime(stubs.GatedDatetime):
     gated = False
 
 
-def _inline_pools() -> None:
-    """Inside an agent, ThreadPoolExecutor.submit runs the function at once in the agent's
-    thread and returns a finished future (the agent stays one thread; order is fixed)."""
-    original = concurrent.futures.ThreadPoolExecutor.submit
-
-    def submit(self: Any, fn: Any, /, *args: Any, **kw: Any) -> Any:
-        if CURRENT.get() is None:
-            return original(self, fn, *args, **kw)
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        try:
-            future.set_result(fn(*args, **kw))
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                raise
-            future.set_exception(exc)
-        return future
-
-    concurrent.futures.ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
-
-
 _SCOPES = ("user_id", "agent_id", "run_id")
 
 
@@ -286,6 +266,8 @@ def _record(r: dict[str, Any]) -> dict[str, Any]:
 class Adapter:
     """The in-environment half of the mem0 adapters (both major versions)."""
 
+    units = True  # its thread pools' submissions are units of their agent (`pools`)
+
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
         self.root = tempfile.mkdtemp(prefix="toki-real-mem0-")
@@ -321,7 +303,7 @@ class Adapter:
             ]
         _vector_gates(controller, faiss_store.FAISS)
         _history_gates(controller, storage.SQLiteManager)
-        _inline_pools()
+        pools.install_from_env(controller)
         self.memory: Any = None
         self.processes = False
         self.instances: dict[int, Any] = {}

@@ -79,6 +79,9 @@ class Worker:
                 **self.adapter.describe(),
                 "restartable": hasattr(self.adapter, "reopen"),
                 "is_async": bool(getattr(self.adapter, "is_async", False)),
+                "units": bool(
+                    getattr(self.adapter, "units", getattr(self.adapter, "is_async", False))
+                ),
             }
         if op == "open":
             ctl.reset(int(req.get("seed", 0)))
