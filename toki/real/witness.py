@@ -322,6 +322,13 @@ _FAULT_MORALS = {
     "after the reopen",
     "wrong-answer": "after the reopen, a search for a memory's exact text answers another memory",
     "index-after-restart": "after the reopen, the library's index disagrees with itself",
+    "removed-after-restart": "a fact whose record was removed is still stated by a summary "
+    "the reopened library serves",
+    "reopen-failed": "the library cannot open the files the dead process left",
+    "checkpoint-before-writes": "the process died with a checkpoint durable whose parent lacks "
+    "the writes it was made from: the saver persisted the checkpoint before the task's writes",
+    "reexecuted-after-restart": "a node whose side effect ran before the process died ran it "
+    "again when the thread resumed",
 }
 
 
