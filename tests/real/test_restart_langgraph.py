@@ -225,3 +225,11 @@ def test_dpor_exhausts_one_task_choice_and_one_death(langgraph: Session) -> None
     assert stats.exhausted and runs < 500
     assert found["checkpoint-before-writes"] > 0 and found["reexecuted-after-restart"] > 0
     assert both == 0
+
+
+@pytest.mark.real
+def test_torn_is_refused_the_saver_has_no_files(langgraph: Session) -> None:
+    from toki.real.errors import WorkerError
+
+    with pytest.raises(WorkerError, match="not in files toki can tear"):
+        real_program(get_real_system(SYSTEM), langgraph, THREAD, JUDGE, faults=FaultPlan(torn=1))

@@ -22,7 +22,8 @@ Gate points and footprints (thread t):
 The saver's SQL is `PostgresSaver`'s, run synchronously behind the async interface in the
 agent's loop thread (a socket wait would look like a quiescent loop to the controller).
 Checkpoint ids are `uuid6` in the real code (the wall clock): here a counter of the worker,
-monotonic across a restart, so a schedule gives the same ids. After a death (`restart:1`),
+monotonic across a restart, so a schedule gives the same ids. After a death (`restart:1`;
+`torn` does not apply: the saver's state is in PostgreSQL, not in files toki can tear),
 `reopen` drops nothing but the dead agents: the next `run` opens a fresh connection and
 saver on the same schema. A checkpointer has no search (no `probe`): the checks read
 `effects` (what each node did, before and after the death) and the saver's tables as the
@@ -156,9 +157,6 @@ class Adapter:
         committed is what there is. The next `run` makes its saver on the same schema."""
         self.instance += 1
         self.reader = self._saver()
-
-    def durable_files(self) -> list[str]:
-        return []  # the saver's state is in PostgreSQL, not in files toki can tear
 
     # -- the application -----------------------------------------------------------------
 
