@@ -23,8 +23,13 @@ __all__ = ["LangGraphCheckpointHost"]
 
 @dataclass(frozen=True, slots=True)
 class LangGraphCheckpointHost:
+    barrier: bool = False  # the saver's put waits for the writes in flight (a control)
+
     def config(self, workload: Workload) -> dict[str, Any]:
-        return {"dsn": os.environ.get("TOKI_PG_DSN", DEFAULT_DSN)}
+        config: dict[str, Any] = {"dsn": os.environ.get("TOKI_PG_DSN", DEFAULT_DSN)}
+        if self.barrier:
+            config["barrier"] = True
+        return config
 
     def answer(self, point: GatePoint, judge: Picker) -> Any:
         return None

@@ -19,6 +19,10 @@ Gate points and footprints (thread t):
   checkpoint.put_writes   aput_writes of a task's writes: writes ("checkpoint", t)
   effect.<node>           the node's side effect: writes ("effect", t)
 
+Config "barrier" (a control, not a release: langchain-ai/langgraph#8055 proposed it and was
+closed unmerged) makes `aput` first wait for every `aput_writes` in flight, the order the
+report asks for.
+
 The saver's SQL is `PostgresSaver`'s, run synchronously behind the async interface in the
 agent's loop thread (a socket wait would look like a quiescent loop to the controller).
 Checkpoint ids are `uuid6` in the real code (the wall clock): here a counter of the worker,
@@ -33,6 +37,7 @@ stored on it).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.metadata
 import itertools
@@ -80,6 +85,8 @@ class Adapter:
         lg_checkpoint.uuid6 = uuid6
         ctl = controller
 
+        adapter = self
+
         class Saver(PostgresSaver):  # type: ignore[misc]
             """PostgresSaver's SQL behind the async interface, each call a gate point."""
 
@@ -99,6 +106,9 @@ class Adapter:
                     "step": metadata.get("step"),
                     "source": metadata.get("source"),
                 }
+                if adapter.barrier:  # the writes in flight first (langgraph PR #8055's order)
+                    me = asyncio.current_task()
+                    await asyncio.gather(*(w for w in adapter.inflight if w is not me))
                 await ctl.agate("sql", "checkpoint.put", detail, [], [("checkpoint", t)])
                 return self.put(config, checkpoint, metadata, versions)
 
@@ -108,8 +118,14 @@ class Adapter:
                 t = _thread(config)
                 done = [v for c, v in writes if c == "done"]
                 detail = {"thread": t, "channels": sorted({c for c, _ in writes}), "done": done}
-                await ctl.agate("sql", "checkpoint.put_writes", detail, [], [("checkpoint", t)])
-                self.put_writes(config, writes, task_id, task_path)
+                me = asyncio.current_task()
+                if me is not None:
+                    adapter.inflight.add(me)
+                try:
+                    await ctl.agate("sql", "checkpoint.put_writes", detail, [], [("checkpoint", t)])
+                    self.put_writes(config, writes, task_id, task_path)
+                finally:
+                    adapter.inflight.discard(me)
 
         self.Saver = Saver
         self.dsn: str | None = None
@@ -119,6 +135,8 @@ class Adapter:
         self.effects: list[dict[str, Any]] = []  # the side effects, in the order they ran
         self.steps: list[dict[str, Any]] = []
         self.instance = 0  # 0 before a restart, 1 after
+        self.barrier = False  # config "barrier": aput waits for the writes in flight
+        self.inflight: set[Any] = set()  # aput_writes tasks not finished
         self.reader: Any = None  # a saver on its own connection, outside any agent
         self.stack = contextlib.ExitStack()
 
@@ -133,6 +151,7 @@ class Adapter:
         self.close()
         self.ids = itertools.count(1)
         self.effects, self.steps, self.instance = [], [], 0
+        self.barrier, self.inflight = bool(config.get("barrier")), set()
         self.nodes = tuple(config.get("nodes") or NODES)
         self.dsn = str(config["dsn"])
         self.schema = f"toki_real_lgck_{os.getpid()}_{next(_SCHEMAS)}"
@@ -156,6 +175,7 @@ class Adapter:
         """A fresh process: the dead one's connection is dropped unclosed; what the saver
         committed is what there is. The next `run` makes its saver on the same schema."""
         self.instance += 1
+        self.inflight = set()
         self.reader = self._saver()
 
     # -- the application -----------------------------------------------------------------
