@@ -131,7 +131,6 @@ class Adapter:
         self.dsn: str | None = None
         self.schema: str | None = None
         self.url = ""
-        self.nodes: tuple[str, ...] = NODES
         self.effects: list[dict[str, Any]] = []  # the side effects, in the order they ran
         self.steps: list[dict[str, Any]] = []
         self.instance = 0  # 0 before a restart, 1 after
@@ -152,7 +151,6 @@ class Adapter:
         self.ids = itertools.count(1)
         self.effects, self.steps, self.instance = [], [], 0
         self.barrier, self.inflight = bool(config.get("barrier")), set()
-        self.nodes = tuple(config.get("nodes") or NODES)
         self.dsn = str(config["dsn"])
         self.schema = f"toki_real_lgck_{os.getpid()}_{next(_SCHEMAS)}"
         with psycopg.connect(self.dsn, autocommit=True) as conn:
@@ -196,9 +194,9 @@ class Adapter:
             return run
 
         g: Any = StateGraph(_State)
-        for name in self.nodes:
+        for name in NODES:
             g.add_node(name, node(name))
-        for a, b in zip((START, *self.nodes), (*self.nodes, END), strict=True):
+        for a, b in zip((START, *NODES), (*NODES, END), strict=True):
             g.add_edge(a, b)
         return g.compile(checkpointer=saver)
 
