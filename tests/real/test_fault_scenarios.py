@@ -1,8 +1,9 @@
 """Scenarios with faults beyond a crash (`[run] faults`, issue #32): the file format, with no
 library run (fast), and the two reproduced reports of the corpus that need one, run through
 `run_scenario` like every other (real, slow): mem0ai/mem0#4831 (an injected failure inside
-`add()` swallowed: silent-failure on mem0 1.0.11, none in 2.2.1's whole space) and
-mem0ai/mem0#7117 (a torn docstore: after the restart a search for Bob answers Carol)."""
+`add()` swallowed: silent-failure on mem0 1.0.11, none in 2.2.1's whole space),
+mem0ai/mem0#7117 (a torn docstore: after the restart a search for Bob answers Carol) and
+langchain-ai/langgraph#8039 (a checkpoint durable before the writes it was made from)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,11 @@ steps = [{{ op = "add", text = "alice:city is Paris", user_id = "alice" }}]
 [expect]
 anomalies = ["silent-failure", "wrong-answer"]
 """
-FAULTED = ("mem0-4831-llm-error-swallowed", "mem0-7117-torn-docstore-wrong-answer")
+FAULTED = (
+    "mem0-4831-llm-error-swallowed",
+    "mem0-7117-torn-docstore-wrong-answer",
+    "langgraph-8039-put-writes-order",
+)
 
 
 def write(tmp_path: Path, text: str, name: str = "s") -> Path:
@@ -100,7 +105,7 @@ def test_a_fault_check_needs_its_fault(tmp_path: Path, faults: str, message: str
 
 def test_the_fault_reports_are_in_the_corpus_with_their_faults() -> None:
     corpus = {s.name: s for s in load_scenarios()}
-    swallowed, torn = (corpus[n] for n in FAULTED)
+    swallowed, torn, _ = (corpus[n] for n in FAULTED)
     assert (swallowed.report, swallowed.fixed, swallowed.faults) == (
         "mem0ai/mem0#4831",
         "mem0-2.2.1",
@@ -124,7 +129,8 @@ def test_each_fault_report_reproduces_replays_and_its_fix_is_clean(
     for anomaly, path in result["witnesses"].items():
         w = RealWitness.load(path)
         assert w.faults == sc.faults.spec()
-        assert any(str(c).startswith(("raise:", "torn")) for c in w.schedule)  # the fault's choice
+        faults = ("raise:", "torn", "restart")
+        assert any(str(c).startswith(faults) for c in w.schedule)  # the fault's choice
         rr, verdict = replay_real(w)
         assert verdict.found and rr.digest == w.details["digest"] == result["digest"], anomaly
     if sc.fixed is not None:

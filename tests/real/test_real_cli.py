@@ -106,6 +106,7 @@ def test_list_names_every_system_and_its_environment(capsys: pytest.CaptureFixtu
         "langgraph-store-memory",
         "langgraph-store-postgres",
         "langmem-0.0.30",
+        "langgraph-checkpoint-postgres",  # the Pregel loop's checkpointer, restarts (#32)
         # the corpus's affected versions and configurations (toki/real/scenarios)
         "mem0-1.0.5",
         "mem0-2.0.12",
@@ -117,5 +118,6 @@ def test_list_names_every_system_and_its_environment(capsys: pytest.CaptureFixtu
     }
     shared = {s["name"]: s["environment"] for s in data["systems"]}
     assert shared["langmem-0.0.30"] == shared["langgraph-store-postgres"]  # one environment
+    assert shared["langgraph-checkpoint-postgres"] == shared["langgraph-store-postgres"]
     assert shared["mem0-1.0.11-async"] == shared["mem0-1.0.11-procs"] == shared["mem0-1.0.11"]
     assert data["aliases"]["mem0-2.x"] == "mem0-2.2.1"

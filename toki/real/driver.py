@@ -194,6 +194,11 @@ def real_program(
             f"system {system.name!r}: its adapter cannot reopen the library from its files "
             "(no restart hook), so restart and torn faults do not apply"
         )
+    if plan.torn and not session.info.get("tearable"):
+        raise WorkerError(
+            f"system {system.name!r}: its state is not in files toki can tear (no "
+            "durable_files hook), so torn does not apply; restart:1 does"
+        )
     if plan.tasks and not (session.info.get("is_async") or session.info.get("units")):
         raise WorkerError(
             f"system {system.name!r}: its adapter runs one unit per agent (not asynchronous, "

@@ -46,6 +46,9 @@ OPS: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
         "manage": (("text",), ("user_id",)),
         "search": ((), ("user_id",)),
     },
+    "checkpoint": {
+        "run": (("thread",), ()),
+    },
     "graphiti": {
         "add_episode": (("text",), ("group_id", "day")),
         "add_episode_bulk": (("texts",), ("group_id", "day")),

@@ -29,6 +29,14 @@ failures, are:
   text the library derives from its records (a view's `summaries`: Graphiti's entity
   summaries): the removal did not reach everything that serves the fact, and the reopened
   library serves it. Abstains when the library reports no summaries.
+* `checkpoint-before-writes`: the saver's tables as the death left them hold a checkpoint
+  that has a child but no stored writes: the child was made from a task's writes, so the
+  checkpoint was durable before the writes that produced it (langchain-ai/langgraph#8039's
+  ordering; the Pregel loop promises the opposite for delta channels only). Abstains for a
+  library without checkpoints.
+* `reexecuted-after-restart`: a node whose side effect ran before the death runs it again
+  after the restart (the resumed thread re-executed instead of replaying the node's
+  writes). Abstains for a library that reports no side effects.
 * `reopen-failed`: the library cannot be opened from the files the dead process left (the
   adapter's reopen reports why, e.g. the database engine crashed replaying its log): every
   acknowledged write is out of reach.
@@ -61,6 +69,8 @@ FAULT_ANOMALIES = (
     "index-after-restart",
     "removed-after-restart",
     "reopen-failed",
+    "checkpoint-before-writes",
+    "reexecuted-after-restart",
 )
 
 
@@ -281,7 +291,59 @@ def restart_checks(rr: RealRun) -> dict[str, Verdict]:
             restart.get("failed"),
             why,
         ),
+        "checkpoint-before-writes": checkpoint_before_writes(restart, why),
+        "reexecuted-after-restart": reexecuted(rr, why),
     }
+
+
+def checkpoint_before_writes(restart: Mapping[str, Any], why: Mapping[str, Any]) -> Verdict:
+    """A checkpoint the death left with a child but no stored writes (the reopen's view of
+    the saver's tables: `integrity_reopened["checkpoints"]`)."""
+    name = "checkpoint-before-writes"
+    saved = (restart.get("integrity_reopened") or {}).get("checkpoints")
+    if not isinstance(saved, list):
+        return Verdict(
+            name, False, ran=False, details={"abstains": "the library has no checkpoints"}
+        )
+    parents = {c.get("parent") for c in saved}
+    bare = [
+        {"checkpoint": c.get("id"), "step": c.get("step"), "thread": c.get("thread")}
+        for c in saved
+        if c.get("id") in parents and not c.get("writes")
+    ]
+    return Verdict(
+        name,
+        bool(bare),
+        (),
+        "every checkpoint with a child holds the writes the child was made from",
+        bare or None,
+        {**why, "checkpoints": len(saved)},
+    )
+
+
+def reexecuted(rr: RealRun, why: Mapping[str, Any]) -> Verdict:
+    """A node's side effect applied more than once in one thread (`observation["effects"]`,
+    in the order they ran; `instance` 0 before the death, 1 after)."""
+    name = "reexecuted-after-restart"
+    effects = rr.observation.get("effects")
+    if not isinstance(effects, list):
+        return Verdict(name, False, ran=False, details={"abstains": "no side effects reported"})
+    runs: dict[tuple[str, str], list[int]] = {}
+    for e in effects:
+        runs.setdefault((str(e.get("thread")), str(e.get("node"))), []).append(
+            int(e.get("instance", 0))
+        )
+    twice = [
+        {"thread": t, "node": n, "instances": i} for (t, n), i in sorted(runs.items()) if len(i) > 1
+    ]
+    return Verdict(
+        name,
+        bool(twice),
+        (),
+        "each node's side effect is applied once per thread",
+        twice or None,
+        {**why, "effects": len(effects)},
+    )
 
 
 def removed_kept(rr: RealRun, why: Mapping[str, Any]) -> Verdict:

@@ -54,6 +54,7 @@ _FAMILIES = {
     "mem0_async": "mem0",
     "graphiti": "graphiti",
     "langchain": "store",
+    "langgraph_ckpt": "checkpoint",
 }  # worker adapter -> program family (toki/real/program.py)
 
 

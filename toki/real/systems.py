@@ -11,6 +11,7 @@ from toki.errors import InvalidInput
 from toki.real.adapter import RealSystem
 from toki.real.adapters.graphiti import GraphitiHost
 from toki.real.adapters.langchain import LangGraphStoreHost, LangMemHost
+from toki.real.adapters.langgraph_ckpt import LangGraphCheckpointHost
 from toki.real.adapters.letta import LettaHost
 from toki.real.adapters.mem0 import Mem0Host
 from toki.real.adapters.toki_memory import TokiHost
@@ -368,6 +369,31 @@ SYSTEMS["langmem-0.0.30-reflection"] = RealSystem(
         "the whole conversation (thread_id = the conversation), and leaves a `with` block "
         "(shutdown, wait=True) at the end; after_seconds = 0",
         "the stub model answers for the last value of each key the conversation states",
+    ),
+)
+SYSTEMS["langgraph-checkpoint-postgres"] = RealSystem(
+    name="langgraph-checkpoint-postgres",
+    title="LangGraph 1.2.24's Pregel loop with durability='sync' over PostgresSaver "
+    "(langgraph-checkpoint-postgres 3.2.0): a thread of three nodes, with restarts",
+    library="langgraph",
+    version="1.2.24",
+    module="langgraph.checkpoint.postgres",
+    adapter="langgraph_ckpt",
+    host=LangGraphCheckpointHost(),
+    lock="langgraph-1.2.24.txt",
+    venv="langgraph-1.2.24",
+    intercepted=(
+        "the saver: aget_tuple (reads the thread), aput and aput_writes (write it), each "
+        "before PostgresSaver's SQL; the loop's background saves are asyncio tasks (units)",
+        "each node's side effect (writes the thread's effects)",
+        "checkpoint ids (uuid6 of the wall clock): a counter of the worker, monotonic",
+    ),
+    simplified=(
+        "the application: nodes s1 -> s2 -> s3, each appends to an external effects log "
+        "and returns {'done': [node]}; a client resumes a thread the saver holds with "
+        "ainvoke(None)",
+        "PostgresSaver's sync SQL runs behind the async saver interface in the agent's "
+        "loop thread (one schema per run on TOKI_PG_DSN)",
     ),
 )
 SYSTEMS["langmem-0.0.30"] = RealSystem(

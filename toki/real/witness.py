@@ -264,7 +264,7 @@ def _describe_restart(restart: Mapping[str, Any]) -> list[str]:
     live = [m.get("text") for m in view.get("memories", ())] if isinstance(view, Mapping) else []
     lines = [f"restart: the library reopened from its files serves {live}"]
     if restart.get("integrity_reopened"):
-        lines.append(f"  its index after the reopen: {restart['integrity_reopened']}")
+        lines.append(f"  its index after the reopen: {_index(restart['integrity_reopened'])}")
     for agent, claims in sorted((restart.get("retried") or {}).items()):
         what = [  # a workload's claims, or a program's steps
             f"{c['key']}={c['value']}"
@@ -280,8 +280,22 @@ def _describe_restart(restart: Mapping[str, Any]) -> list[str]:
             f"(score {first.get('score')})"
         )
     if restart.get("integrity"):
-        lines.append(f"  its index at the end: {restart['integrity']}")
+        lines.append(f"  its index at the end: {_index(restart['integrity'])}")
     return lines
+
+
+def _index(integrity: Any) -> str:
+    """An adapter's `integrity()`; a checkpointer's as its chain: each checkpoint's step
+    and the writes stored on it."""
+    saved = integrity.get("checkpoints") if isinstance(integrity, Mapping) else None
+    if not isinstance(saved, list):
+        return str(integrity)
+    return "checkpoints " + " <- ".join(
+        f"step {c.get('step')} ({c.get('writes')} writes"
+        + (f": {', '.join(map(str, c['written']))}" if c.get("written") else "")
+        + ")"
+        for c in saved
+    )
 
 
 def _moral(anomaly: str) -> str:
@@ -322,6 +336,13 @@ _FAULT_MORALS = {
     "after the reopen",
     "wrong-answer": "after the reopen, a search for a memory's exact text answers another memory",
     "index-after-restart": "after the reopen, the library's index disagrees with itself",
+    "removed-after-restart": "a fact whose record was removed is still stated by a summary "
+    "the reopened library serves",
+    "reopen-failed": "the library cannot open the files the dead process left",
+    "checkpoint-before-writes": "the process died with a checkpoint durable whose parent lacks "
+    "the writes it was made from: the saver persisted the checkpoint before the task's writes",
+    "reexecuted-after-restart": "a node whose side effect ran before the process died ran it "
+    "again when the thread resumed",
 }
 
 

@@ -78,6 +78,7 @@ class Worker:
                 "python": sys.version.split()[0],
                 **self.adapter.describe(),
                 "restartable": hasattr(self.adapter, "reopen"),
+                "tearable": hasattr(self.adapter, "durable_files"),
                 "is_async": bool(getattr(self.adapter, "is_async", False)),
                 "units": bool(
                     getattr(self.adapter, "units", getattr(self.adapter, "is_async", False))
