@@ -106,6 +106,7 @@ def test_list_names_every_system_and_its_environment(capsys: pytest.CaptureFixtu
         "langgraph-store-memory",
         "langgraph-store-postgres",
         "langmem-0.0.30",
+        "langmem-0.0.30-reflection",  # ReflectionExecutor's worker thread as a unit (#32)
         "langgraph-checkpoint-postgres",  # the Pregel loop's checkpointer, restarts (#32)
         # the corpus's affected versions and configurations (toki/real/scenarios)
         "mem0-1.0.5",
