@@ -374,8 +374,9 @@ class Memory:
 
     def checkpoint(self) -> Checkpoint | None:
         """Write a checkpoint at the log's head now (SQLite; None on a store that keeps none,
-        or read-only): the next open folds only what comes after it (docs/integrity.md)."""
-        if not self._checkpoints or self._chain is None:
+        on a read-only one, or for an empty log): the next open folds only what comes after
+        it (docs/integrity.md)."""
+        if not self._checkpoints or self._chain is None or self._log.last_seq == 0:
             return None
         with self._writer, self._store.write_lock():
             self._catch_up()
