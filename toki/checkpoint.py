@@ -41,7 +41,6 @@ __all__ = [
     "Source",
     "due",
     "lazy_snapshot",
-    "summary_digest",
     "text_digest",
 ]
 
@@ -64,11 +63,6 @@ def due(last_seq: int, checkpoint_seq: int, keys: int) -> bool:
 
 def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def summary_digest(summary: KeySummary) -> str:
-    """The digest of one projection row, as a checkpoint records it."""
-    return text_digest(canonical_json(summary.to_json()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,13 +268,13 @@ def lazy_snapshot(
     checkpoint: Checkpoint,
     source: Source,
     tail: Sequence[Event] = (),
-    rows: Mapping[FactKey, KeySummary] | None = None,
+    row_of: Callable[[FactKey], KeySummary | None] | None = None,
 ) -> Snapshot:
     """The state at the checkpoint's seq plus `tail` (the events after it, chain-checked by
     the caller) with no key state built yet: each key fills on first use from its own events
     up to the checkpoint's seq (which must end at the per-key seq it recorded) and then its
     tail events. A key the tail touched must then summarise to its stored projection row
-    (`rows`: read with the tail), or its first use raises IntegrityError."""
+    (`row_of`: as read with the tail), or its first use raises IntegrityError."""
     upto = checkpoint.seq
     snapshot = Snapshot()
     for key, key_seq, _ in checkpoint.keys:
@@ -313,8 +307,7 @@ def lazy_snapshot(
         pending.setdefault(event.key, []).append(event)
         snapshot.watermark = max(snapshot.watermark, event.seq)
     for key, events in pending.items():
-        row = None if rows is None else rows.get(key)
-        fill = _filler(source, key, seqs.get(key, 0), upto, events, row, rows is not None)
+        fill = _filler(source, key, seqs.get(key, 0), upto, events, row_of)
         snapshot.keys[key] = LazyKeyState(key, fill)
     return snapshot
 
@@ -325,8 +318,7 @@ def _filler(
     key_seq: int,
     upto: int,
     tail: Sequence[Event] = (),
-    row: KeySummary | None = None,
-    check_row: bool = False,
+    row_of: Callable[[FactKey], KeySummary | None] | None = None,
 ) -> Callable[[], KeyState]:
     def fill() -> KeyState:
         events = source.key_events(key, upto) if key_seq else []
@@ -341,7 +333,7 @@ def _filler(
         scratch = Snapshot()
         scratch.fold([*events, *tail])
         state = scratch.keys.get(key) or KeyState(key)
-        if check_row and state.summary() != row:
+        if row_of is not None and state.summary() != row_of(key):
             raise IntegrityError(
                 f"{source.url}: the stored projection row of {key} differs from the log "
                 "(checked when the key was first used after an open from a checkpoint); "

@@ -30,7 +30,6 @@ from toki.checkpoint import (
     LazyLog,
     due,
     lazy_snapshot,
-    summary_digest,
     text_digest,
 )
 from toki.consumption import (
@@ -334,8 +333,13 @@ class Memory:
         chain = self._chain = ChainCheck(url)
         chain.seq, chain.head = seq, checkpoint.head
         admitted = [e for e in tail if self._admit(e)]  # the tail fully chain-checked
-        source: Any = self._store
-        self._snapshot = lazy_snapshot(checkpoint, source, admitted, stored)
+        store: Any = self._store
+
+        def row_of(key: FactKey) -> KeySummary | None:
+            row = stored.get(store.key_text(key))
+            return None if row is None else store.parse_row(row)[1]
+
+        self._snapshot = lazy_snapshot(checkpoint, store, admitted, row_of)
         touched = {e.key for e in admitted}
         self._dirty |= touched
         config = in_force(self._snapshot, None)
@@ -352,25 +356,37 @@ class Memory:
         return None
 
     def _reconcile_tail(
-        self, stored: Mapping[FactKey, KeySummary], watermark: int, touched: set[FactKey]
+        self, rows: Mapping[str, Sequence[Any]], watermark: int, touched: set[FactKey]
     ) -> ReconcileReport:
-        """Reconcile after a checkpointed open: every stored row of a key the tail did not
-        touch against the digest the checkpoint recorded for it (a row that differs, or is
-        missing, is checked against its key's fold from the log instead); the keys the tail
-        touched check their row when first used (toki.checkpoint.lazy_snapshot)."""
+        """Reconcile after a checkpointed open: every stored row (as stored, by key text) of
+        a key the tail did not touch against the digest the checkpoint recorded for it; a
+        row that differs or is missing is compared with its key's fold from the log. The keys
+        the tail touched check their row when first used (toki.checkpoint.lazy_snapshot)."""
+        store: Any = self._store
         keys = self._snapshot.keys
+        texts = {store.key_text(k): k for k in keys if k not in touched}
+        stored: dict[FactKey, KeySummary] = {}
         fresh: dict[FactKey, KeySummary] = {}
-        for key in set(stored) | set(keys):
-            row = stored.get(key)
-            if key in touched:
+        checked = 0
+        for text in rows.keys() | texts.keys():
+            key = texts.get(text)
+            row = rows.get(text)
+            if key is None and text in rows and store.parse_row(row)[0] in touched:
                 continue
-            if row is not None and summary_digest(row) == self._digests.get(key):
-                fresh[key] = row  # the row the checkpoint's writer derived from the log
-                continue
-            if key in keys:
+            checked += 1
+            if (
+                row is not None
+                and key is not None
+                and store.digest_row(row) == self._digests.get(key)
+            ):
+                continue  # the row the checkpoint's writer derived from the log
+            if row is not None:
+                parsed, summary = store.parse_row(row)
+                stored[parsed] = summary
+            if key is not None:
                 fresh[key] = keys[key].summary()
-        rest = {k: r for k, r in stored.items() if k not in touched}
-        return compare(rest, watermark, fresh, self._log.last_seq)
+        report = compare(stored, watermark, fresh, self._log.last_seq)
+        return dataclasses.replace(report, keys_checked=checked)
 
     def checkpoint(self) -> Checkpoint | None:
         """Write a checkpoint at the log's head now (SQLite; None on a store that keeps none,
@@ -385,7 +401,8 @@ class Memory:
             for key in sorted(self._snapshot.keys):
                 digest = self._digests.get(key)
                 if digest is None or key in self._dirty:
-                    digest = summary_digest(self._snapshot.keys[key].summary())
+                    summary = self._snapshot.keys[key].summary()
+                    digest = self._store.projection_digest(key, summary)  # type: ignore[attr-defined]
                 rows.append((key, seqs.get(key, 0), digest))
             checkpoint = Checkpoint(self._log.last_seq, self._chain.head, tuple(rows))
             text = checkpoint.to_text()

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 from toki.canonical import canonical_json, decode_json
 from toki.chain import GENESIS, Digest, check_seal, consumption_link, link
@@ -39,7 +40,15 @@ from toki.store.base import (
 )
 from toki.time import format_instant, parse_instant
 
-__all__ = ["INSERT_EVENT", "SCHEMA_VERSION", "SQLiteStore", "event_row", "id_prefix"]
+__all__ = [
+    "INSERT_EVENT",
+    "SCHEMA_VERSION",
+    "SQLiteStore",
+    "event_row",
+    "id_prefix",
+    "row_digest",
+    "summary_of_row",
+]
 
 SCHEMA_VERSION = 4
 """1: events and projection; 2: each event's chain link (toki.chain; NULL before it);
@@ -459,10 +468,11 @@ class SQLiteStore:
 
     def load_tail(
         self, seq: int
-    ) -> tuple[str | None, list[Event], Digest | None, str | None, int, dict[FactKey, KeySummary]]:
+    ) -> tuple[str | None, list[Event], Digest | None, str | None, int, dict[str, tuple[Any, ...]]]:
         """One consistent read for an open from a checkpoint at `seq`: (the stored link at
         seq, the events after it, the chain seal, the stored link at the seal's seq,
-        projection watermark, projection rows)."""
+        projection watermark, projection rows as stored, by key text: `row_digest` and
+        `summary_of_row` read them)."""
         with self._lock:
             self._run("BEGIN")
             try:
@@ -470,10 +480,28 @@ class SQLiteStore:
                 at = self._link_at(seq)
                 at_seal = None if seal is None else self._link_at(seal.seq)
                 tail = list(self.load(seq))
-                watermark, projection = self.load_projection()
+                with self._errors():
+                    wm = self._conn.execute(
+                        "SELECT value FROM toki_meta WHERE name='watermark'"
+                    ).fetchone()
+                    rows = self._conn.execute("SELECT * FROM toki_current").fetchall()
             finally:
                 self._conn.execute("COMMIT")
-        return at, tail, seal, at_seal, watermark, projection
+        watermark = int(wm[0]) if wm else 0
+        return at, tail, seal, at_seal, watermark, {str(r[0]): tuple(r) for r in rows}
+
+    def key_text(self, key: FactKey) -> str:
+        return _key_text(key)
+
+    def projection_digest(self, key: FactKey, summary: KeySummary) -> str:
+        """The digest of the projection row `append` writes for (key, summary)."""
+        return row_digest(_projection_row(key, summary))
+
+    def digest_row(self, row: Sequence[object]) -> str:
+        return row_digest(row)
+
+    def parse_row(self, row: Sequence[Any]) -> tuple[FactKey, KeySummary]:
+        return summary_of_row(row)
 
     def _link_at(self, seq: int) -> str | None:
         with self._errors():
@@ -578,17 +606,7 @@ class SQLiteStore:
                 self._conn.execute("DELETE FROM toki_current")
             self._conn.executemany(
                 "INSERT OR REPLACE INTO toki_current VALUES (?,?,?,?,?,?)",
-                [
-                    (
-                        _key_text(k),
-                        s.value_hash,
-                        json.dumps(list(s.version_ids)),
-                        s.open_conflicts,
-                        s.open_intervals,
-                        json.dumps([list(seg) for seg in s.segments]),
-                    )
-                    for k, s in summaries.items()
-                ],
+                [_projection_row(k, s) for k, s in summaries.items()],
             )
             self._conn.execute(
                 "UPDATE toki_meta SET value=? WHERE name='watermark'", (str(watermark),)
@@ -709,17 +727,7 @@ class SQLiteStore:
         with self._lock, self._errors():
             wm = self._conn.execute("SELECT value FROM toki_meta WHERE name='watermark'").fetchone()
             rows = self._conn.execute("SELECT * FROM toki_current").fetchall()
-        out = {}
-        for key_text, value_hash, version_ids, conflicts, intervals, segments in rows:
-            key = FactKey.from_json(json.loads(key_text))
-            segs = tuple((a, b, _bound(c), _bound(d)) for a, b, c, d in json.loads(segments))
-            out[key] = KeySummary(
-                value_hash,
-                tuple(json.loads(version_ids)),
-                conflicts,
-                intervals,
-                segs,
-            )
+        out = dict(map(summary_of_row, rows))
         return int(wm[0]) if wm else 0, out
 
     def append_consumption(self, rows: Sequence[tuple[str, str, str, str]]) -> None:
@@ -823,6 +831,31 @@ def _rows(events: Sequence[Event], key_ids: Sequence[int], prev: str) -> list[tu
         prev = link(prev, e)
         rows.append(event_row(e, key_id, prev))
     return rows
+
+
+def _projection_row(key: FactKey, s: KeySummary) -> tuple[object, ...]:
+    """A `toki_current` row."""
+    return (
+        _key_text(key),
+        s.value_hash,
+        json.dumps(list(s.version_ids)),
+        s.open_conflicts,
+        s.open_intervals,
+        json.dumps([list(seg) for seg in s.segments]),
+    )
+
+
+def row_digest(row: Sequence[object]) -> str:
+    """sha256 of a `toki_current` row as stored (a checkpoint records one per key)."""
+    return hashlib.sha256(json.dumps(list(row)).encode()).hexdigest()
+
+
+def summary_of_row(row: Sequence[Any]) -> tuple[FactKey, KeySummary]:
+    """A `toki_current` row read back."""
+    key_text, value_hash, version_ids, conflicts, intervals, segments = row
+    key = FactKey.from_json(json.loads(key_text))
+    segs = tuple((a, b, _bound(c), _bound(d)) for a, b, c, d in json.loads(segments))
+    return key, KeySummary(value_hash, tuple(json.loads(version_ids)), conflicts, intervals, segs)
 
 
 def _parse_seal(where: str, text: str) -> Digest:
