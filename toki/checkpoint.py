@@ -277,8 +277,6 @@ def lazy_snapshot(
     (`row_of`: as read with the tail), or its first use raises IntegrityError."""
     upto = checkpoint.seq
     snapshot = Snapshot()
-    for key, key_seq, _ in checkpoint.keys:
-        snapshot.keys[key] = LazyKeyState(key, _filler(source, key, key_seq, upto))
     snapshot.seen = LazyIds(
         lambda event_id: source.has_event(event_id, upto), lambda: source.event_ids(upto)
     )
@@ -296,7 +294,6 @@ def lazy_snapshot(
     snapshot.holds = LazyMap(lambda: folded().holds)
     snapshot.judge_log = LazyJudgeLog(lambda: folded().judge_log._verdicts)
     snapshot.watermark = upto
-    seqs = {k: n for k, n, _ in checkpoint.keys}
     pending: dict[FactKey, list[Event]] = {}
     for event in tail:  # what Snapshot.apply records beside the key state, now
         set.add(snapshot.seen, event.event_id)
@@ -306,46 +303,98 @@ def lazy_snapshot(
             snapshot._decision(event)
         pending.setdefault(event.key, []).append(event)
         snapshot.watermark = max(snapshot.watermark, event.seq)
-    for key, events in pending.items():
-        fill = _filler(source, key, seqs.get(key, 0), upto, events, row_of)
-        snapshot.keys[key] = LazyKeyState(key, fill)
+    builder = _Builder(checkpoint, source, pending, row_of)
+    for key in [*builder.seqs, *(k for k in pending if k not in builder.seqs)]:
+        snapshot.keys[key] = LazyKeyState(key, builder.filler(key))
     return snapshot
 
 
-def _filler(
-    source: Source,
-    key: FactKey,
-    key_seq: int,
-    upto: int,
-    tail: Sequence[Event] = (),
-    row_of: Callable[[FactKey], KeySummary | None] | None = None,
-) -> Callable[[], KeyState]:
-    def fill() -> KeyState:
-        events = source.key_events(key, upto) if key_seq else []
+BULK_AFTER = 64
+"""After this many keys were built one by one, the rest are built in one pass over the log
+(as a full replay would): reading everything key by key costs an index walk per key."""
+
+
+class _Builder:
+    """Builds the lazy keys of one snapshot: one key from its own rows, or, once BULK_AFTER
+    were, every key still unbuilt from one chain-walked pass over the prefix."""
+
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        source: Source,
+        tail: Mapping[FactKey, Sequence[Event]],
+        row_of: Callable[[FactKey], KeySummary | None] | None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.source = source
+        self.tail = tail
+        self.row_of = row_of
+        self.seqs = {k: n for k, n, _ in checkpoint.keys}
+        self.built: set[FactKey] = set()
+        self.bulk: dict[FactKey, KeyState | IntegrityError] | None = None
+
+    def filler(self, key: FactKey) -> Callable[[], KeyState]:
+        return lambda: self.fill(key)
+
+    def fill(self, key: FactKey) -> KeyState:
+        if self.bulk is None and len(self.built) >= BULK_AFTER:
+            self.bulk = self._build_all()
+        if self.bulk is not None:
+            built = self.bulk.pop(key, None) or KeyState(key)
+            if isinstance(built, IntegrityError):
+                raise built
+            return built
+        self.built.add(key)
+        upto = self.checkpoint.seq
+        events = self.source.key_events(key, upto) if self.seqs.get(key) else []
+        return self._build(key, events, self.tail.get(key, ()))
+
+    def _build_all(self) -> dict[FactKey, KeyState | IntegrityError]:
+        """Every key from one pass over the prefix, its whole chain walked to the head."""
+        upto, url = self.checkpoint.seq, self.source.url
+        events = self.source.prefix_events(upto)
+        walk = ChainCheck(url)
+        by_key: dict[FactKey, list[Event]] = {}
+        for event in events:
+            walk.add(event, event.chain)
+            by_key.setdefault(event.key, []).append(event)
+        if walk.seq != upto or walk.head != self.checkpoint.head:
+            raise IntegrityError(
+                f"{url}: the log up to seq {upto} does not chain to the head its checkpoint "
+                "recorded (changed outside toki); run `toki verify URL`"
+            )
+        out: dict[FactKey, KeyState | IntegrityError] = {}
+        for key in (self.seqs.keys() | self.tail.keys()) - self.built:
+            try:
+                out[key] = self._build(key, by_key.get(key, []), self.tail.get(key, ()))
+            except IntegrityError as exc:  # raised when that key is used, as one by one
+                out[key] = exc
+        return out
+
+    def _build(self, key: FactKey, events: Sequence[Event], tail: Sequence[Event]) -> KeyState:
+        key_seq, url = self.seqs.get(key, 0), self.source.url
         last = events[-1].key_seq if events else 0
         if last != key_seq or any(e.key_seq != i for i, e in enumerate(events, 1)):
             raise IntegrityError(
-                f"{source.url}: key {key}: the log holds per-key seqs "
-                f"{_seqs(events)} up to seq {upto}, the checkpoint recorded 1..{key_seq} (an "
-                "event was deleted, inserted or renumbered, or the checkpoint was changed, "
-                "outside toki); run `toki verify URL`"
+                f"{url}: key {key}: the log holds per-key seqs {_seqs(events)} up to seq "
+                f"{self.checkpoint.seq}, the checkpoint recorded 1..{key_seq} (an event was "
+                "deleted, inserted or renumbered, or the checkpoint was changed, outside "
+                "toki); run `toki verify URL`"
             )
         scratch = Snapshot()
         scratch.fold([*events, *tail])
         state = scratch.keys.get(key) or KeyState(key)
-        if row_of is not None and state.summary() != row_of(key):
+        if tail and self.row_of is not None and state.summary() != self.row_of(key):
             raise IntegrityError(
-                f"{source.url}: the stored projection row of {key} differs from the log "
-                "(checked when the key was first used after an open from a checkpoint); "
-                "nothing was changed. Run `toki verify URL --digest D`; if the log is intact, "
-                "open with repair_projection=True to rebuild the projection from it"
+                f"{url}: the stored projection row of {key} differs from the log (checked "
+                "when the key was first used after an open from a checkpoint); nothing was "
+                "changed. Run `toki verify URL --digest D`; if the log is intact, open with "
+                "repair_projection=True to rebuild the projection from it"
             )
         return state
 
-    return fill
 
-
-def _seqs(events: list[Event]) -> str:
+def _seqs(events: Sequence[Event]) -> str:
     shown = [e.key_seq for e in events[:5]]
     return ", ".join(map(str, shown)) + (", …" if len(events) > 5 else "") or "none"
 

@@ -132,6 +132,7 @@ class Memory:
         clock: Clock | None = None,
         isolation: Isolation | None = None,
         repair_projection: bool = False,
+        from_checkpoint: bool = True,
     ) -> None:
         """isolation: the level writes run at. None: on PostgreSQL each write runs at its
         operator's declared level; the in-memory and SQLite stores have one writer at a time,
@@ -141,7 +142,12 @@ class Memory:
 
         Opening checks the log's chain and reconciles the stored projection with the log; a
         difference raises IntegrityError and changes nothing, unless repair_projection=True
-        (after `toki verify` showed the log intact): then the projection is rebuilt from it."""
+        (after `toki verify` showed the log intact): then the projection is rebuilt from it.
+
+        A store with a checkpoint (SQLite) is opened from it: only the events after it are
+        folded, each key's state is built from its own log rows on first use
+        (toki.checkpoint); from_checkpoint=False (and repair_projection=True) replays and
+        chain-checks the whole log instead, and then writes a new checkpoint if one is due."""
         self._store: EventStore = store if store is not None else InMemoryStore()
         self._clock: Clock = clock or _utc_now
         self._isolation = isolation
@@ -157,6 +163,7 @@ class Memory:
         self._retries = 0
         self.open_report: ReconcileReport | None = None
         self._repair = repair_projection
+        self._from_checkpoint = from_checkpoint and not repair_projection
         self._chain: ChainCheck | None = ChainCheck(self._store.url)
         self._checkpoint: Checkpoint | None = None  # the last one read or written
         self._digests: dict[FactKey, str] = {}  # its projection-row digests, per key
@@ -176,16 +183,19 @@ class Memory:
         clock: Clock | None = None,
         isolation: Isolation | None = None,
         repair_projection: bool = False,
+        from_checkpoint: bool = True,
     ) -> Memory:
         """Open 'memory://', 'sqlite:///path.db' or 'postgresql://…'. Opening checks the log's
         chain and reconciles the projection; see docs/integrity.md for repair_projection.
         isolation=None: on PostgreSQL each write runs at its operator's declared level (the
-        one-writer stores are serial); a level forces that level (see Memory.__init__)."""
+        one-writer stores are serial); a level forces that level (see Memory.__init__);
+        from_checkpoint=False replays the whole log even if the store has a checkpoint."""
         return cls(
             open_store(url),
             clock=clock,
             isolation=isolation,
             repair_projection=repair_projection,
+            from_checkpoint=from_checkpoint,
         )
 
     def close(self) -> None:
@@ -247,7 +257,7 @@ class Memory:
         projection against the same consistent read; route claims to the operators of the
         configuration promoted last."""
         self._store.sequence()  # events a crashed writer committed but never sequenced
-        refused = "" if self._repair else self._open_from_checkpoint()
+        refused = self._open_from_checkpoint() if self._from_checkpoint else ""
         if refused is None:
             return
         self._full_load(refused)
