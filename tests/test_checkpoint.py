@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from tests.test_conflict_groups import workload
 from tests.test_replay_properties import KEYS, day, scripted_memory
 from toki import FactKey, Memory
+from toki import checkpoint as checkpoint_module
 from toki.canonical import canonical_json, decode_json
 from toki.checkpoint import text_digest
 from toki.errors import IntegrityError
@@ -73,8 +74,24 @@ TIMES = [day(0), day(10), day(25), day(45), day(400)]
     script=st.sampled_from(["conflicts", "lifecycle"]),
     script_seed=st.integers(0, 10**6),
     where=st.floats(0, 1),
+    bulk_after=st.sampled_from([0, 1, 64]),
 )
 def test_checkpoint_open_equals_full_replay(
+    tmp_path_factory: pytest.TempPathFactory,
+    script: str,
+    script_seed: int,
+    where: float,
+    bulk_after: int,
+) -> None:
+    """bulk_after: keys built one by one before the rest are built in one pass."""
+    saved, checkpoint_module.BULK_AFTER = checkpoint_module.BULK_AFTER, bulk_after
+    try:
+        _checkpoint_open_equals_full_replay(tmp_path_factory, script, script_seed, where)
+    finally:
+        checkpoint_module.BULK_AFTER = saved
+
+
+def _checkpoint_open_equals_full_replay(
     tmp_path_factory: pytest.TempPathFactory, script: str, script_seed: int, where: float
 ) -> None:
     built = workload(script_seed, 40) if script == "conflicts" else scripted_memory(script_seed, 40)
@@ -263,3 +280,23 @@ def test_a_store_without_a_checkpoint_opens_by_replay_and_gets_one(tmp_path: Pat
         head = len(big.events())
         assert opened.open_report.opened_from.startswith(f"checkpoint at seq {head} (0 tail")
         assert opened.state_hash() == big.state_hash()
+
+
+def test_verify_names_a_forged_checkpoint_and_toki_checkpoint_rewrites_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toki.cli import main
+
+    path, _ = _checkpointed(tmp_path)
+    url = f"sqlite:///{path}"
+    assert main(["verify", url]) == 0
+    record = _record(path)
+    record["keys"][0][2] = "0" * 64  # a projection-row digest, with the record's own digest
+    text = canonical_json(record)
+    _set_checkpoint(path, text, text_digest(text))
+    capsys.readouterr()
+    assert main(["verify", url]) == 1
+    assert "checkpoint at seq" in capsys.readouterr().out
+    assert main(["checkpoint", url]) == 0  # replays the log, writes a new record
+    assert "opened by full replay" in capsys.readouterr().out
+    assert main(["verify", url]) == 0
