@@ -564,7 +564,8 @@ class Memory:
                 self._fold(event)
             if events:
                 self._writes += 1
-                self._checkpoint_if_due()
+                with suppress(StoreError):  # committed already: a busy lock only delays it
+                    self._checkpoint_if_due()
             return events
 
     # -- the request's instants and references (the shell's part of a request) -------------
