@@ -300,3 +300,19 @@ def test_verify_names_a_forged_checkpoint_and_toki_checkpoint_rewrites_it(
     assert main(["checkpoint", url]) == 0  # replays the log, writes a new record
     assert "opened by full replay" in capsys.readouterr().out
     assert main(["verify", url]) == 0
+
+
+def test_a_db_taken_after_a_checkpointed_open_never_changes(tmp_path: Path) -> None:
+    """Copy on write holds for lazy states: the Db keeps the state it was handed."""
+    path, events = _checkpointed(tmp_path)
+    mem = Memory.open(f"sqlite:///{path}")
+    before = mem.db()
+    expected = Memory.replay(events)
+    key = KEYS[0]
+    mem.assert_fact(key, "Oslo", valid_from=day(2), recorded_at=day(600), source_id="later")
+    assert before.state_hash() == expected.state_hash()
+    assert before.history(key) == expected.history(key)
+    assert mem.history(key) != expected.history(key)
+    expected.assert_fact(key, "Oslo", valid_from=day(2), recorded_at=day(600), source_id="later")
+    assert mem.state_hash() == expected.state_hash()
+    mem.close()
