@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for n in sizes:
         row = bench_size(n, args.repeat)
         results["sizes"].append(row)
-        print(f"  {n}:", json.dumps({k: round(v, 4) for k, v in row.items()}))
+        print(f"  {n}:", json.dumps(row, default=str))
     ns = [r["events"] for r in results["sizes"]]
     for kind in ("checkpoint", "checkpoint_tail0", "full_replay"):
         results[f"{kind}_growth_exponent"] = growth_exponent(
