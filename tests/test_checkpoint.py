@@ -66,6 +66,7 @@ def _same(opened: Memory, full: Memory, times: list[datetime]) -> None:
 TIMES = [day(0), day(10), day(25), day(45), day(400)]
 
 
+@pytest.mark.slow  # about a minute on the shared 2-core machine
 @seed(SEED)
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
