@@ -42,6 +42,7 @@ SOURCES = {
     "integrity": "python -m benchmarks.bench_integrity",
     "consumption": "python -m benchmarks.bench_consumption",
     "write_cost": "python -m benchmarks.bench_write_cost",
+    "open": "python -m benchmarks.bench_open",
 }
 
 ANCHOR_ELLE = "Jepsen Elle: ~100k-op histories in ~55-73 s on a 24-core Xeon (VLDB 2020, Fig. 4)"
@@ -355,6 +356,37 @@ def _rows_integrity(d: dict[str, Any] | None) -> list[Row]:
     ]
 
 
+def _rows_open(d: dict[str, Any] | None) -> list[Row]:
+    """Opening a SQLite store from a checkpoint against a full replay and sqlite3 reading
+    the same rows (issue #37)."""
+    if d is None:
+        return [Row("open", "open from a checkpoint, 10^6 events", missing("open"),
+                    "<= 3 s; >= 0.5 of sqlite3 reading the same rows", "—")]
+    out = []
+    for r in d["sizes"]:
+        out.append(Row(
+            "open", f"SQLite, {fmt(r['events'])} events over {fmt(r['keys'])} keys: open from "
+            f"a checkpoint with a {fmt(r['tail'])}-event tail / at the head / full replay (s); "
+            "sqlite3 reading the same rows / open, with the tail / at the head",
+            f"{fmt(r['open_checkpoint_s'])} / {fmt(r['open_checkpoint_tail0_s'])} / "
+            f"{fmt(r['open_full_replay_s'])}; {fmt(r['checkpoint_ratio_to_floor'])} / "
+            f"{fmt(r['checkpoint_tail0_ratio_to_floor'])}",
+            "<= 3 s; >= 0.5" if r["events"] >= 10**6 else "—",
+            "issue #37: full replay at 19k events/s"))
+    top = d["sizes"][-1]
+    out.append(Row(
+        "open", f"… {fmt(top['events'])} events, after a checkpointed open: first current() "
+        "of one key / first state_hash() (every key built) (s)",
+        f"{fmt(top['first_current_one_key_s'])} / {fmt(top['first_state_hash_all_keys_s'])}",
+        "—", "—"))
+    out.append(Row(
+        "open", "growth exponent of open time, 10^3..10^6: checkpoint with tail / at the "
+        "head / full replay",
+        f"{fmt(d['checkpoint_growth_exponent'])} / {fmt(d['checkpoint_tail0_growth_exponent'])}"
+        f" / {fmt(d['full_replay_growth_exponent'])}", "<= 1.1", "—"))
+    return out
+
+
 def _rows_consumption(d: dict[str, Any] | None) -> list[Row]:
     """Named reads, the shadow fold and revoke_source (docs/consumption.md, docs/shadow.md)."""
     if d is None:
@@ -409,7 +441,8 @@ def rows(results: dict[str, dict[str, Any] | None]) -> list[Row]:
                "history": _rows_history, "toki_check": _rows_toki_check, "real": _rows_real,
                "growth": _rows_growth,
                "writers": _rows_writers, "integrity": _rows_integrity,
-               "consumption": _rows_consumption, "write_cost": _rows_write_cost}
+               "consumption": _rows_consumption, "write_cost": _rows_write_cost,
+               "open": _rows_open}
     out: list[Row] = []
     for name, data in results.items():
         fn = special.get(name)

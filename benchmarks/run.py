@@ -22,6 +22,7 @@ SCRIPTS = [
     "benchmarks.bench_consumption",
     "benchmarks.bench_show",
     "benchmarks.bench_write_cost",
+    "benchmarks.bench_open",
 ]
 
 

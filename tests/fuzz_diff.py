@@ -182,7 +182,7 @@ def _m_read(rng: random.Random, refs: Refs) -> Call:
 def _m_log(rng: random.Random, refs: Refs) -> Call:
     which = pick(rng, ["keys", "events", "state_hash", "watermark", "digest", "verify",
                        "reconcile", "refresh", "write_stats", "isolation", "url",
-                       "replay", "readjudicate"])  # fmt: skip
+                       "replay", "readjudicate", "checkpoint"])  # fmt: skip
     digest, key = pick(rng, refs.digests), pick(rng, [None, None, b"k", b"", "k"])
     at, op = pick(rng, TIMES), pick(rng, OPERATORS)
 
@@ -195,6 +195,9 @@ def _m_log(rng: random.Random, refs: Refs) -> Call:
             return Memory.replay(m.events(), at).state_hash()
         if which == "readjudicate":
             return m.readjudicate(op).state_hash()
+        if which == "checkpoint":  # SQLite writes one, memory and PostgreSQL keep none
+            made = m.checkpoint()
+            return m.state_hash(), made is None or made.seq == m.watermark
         value = getattr(m, which)
         return value() if callable(value) else value
 
@@ -260,6 +263,7 @@ COVERED = {
     "state_hash", "watermark", "digest", "verify", "reconcile", "refresh", "write_stats",
     "isolation", "url", "db", "replay", "readjudicate", "promote", "rollback",
     "shadow", "config_in_force", "current_config", "consumed_by", "impact", "revoke_source",
+    "checkpoint",
 }  # fmt: skip
 """The public Memory methods the fuzz calls (a test checks none is missing); open, close
 and write_steps are exercised by opening, closing and `write`."""

@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # 1 values: facts, events, the chain, judges
     ("toki.model", "toki.log", "toki.chain", "toki.conflicts", "toki.judge", "toki.llm"),
     # 2 the algebra and the fold
-    ("toki.algebra", "toki.replay", "toki.projection", "toki.partition"),
+    ("toki.algebra", "toki.replay", "toki.projection", "toki.partition", "toki.checkpoint"),
     # 3 the functional core: the state as a value, the planners, provenance of reads, shadows;
     # the operators' laws, checked through the planners
     (

@@ -292,6 +292,11 @@ class JudgeLog:
         """First verdict wins: a logged answer is never replaced."""
         self._verdicts.setdefault((key, theta_digest), verdict)
 
+    def copy(self) -> JudgeLog:
+        other = type(self).__new__(type(self))
+        other._verdicts = dict(self._verdicts)
+        return other
+
     @classmethod
     def from_events(cls, events: Iterable[Event]) -> JudgeLog:
         log = cls()

@@ -247,3 +247,7 @@ class EventLog:
 
     def events(self) -> tuple[Event, ...]:
         return tuple(self._events)
+
+    def key_seqs(self) -> dict[FactKey, int]:
+        """Each key's last per-key seq."""
+        return dict(self._key_seq)

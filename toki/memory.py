@@ -10,6 +10,7 @@ the path of one write, one read and one replay are in docs/architecture.md.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
@@ -24,6 +25,13 @@ from toki.algebra.provenance import AuditRow, Decision
 from toki.algebra.rule import Policy
 from toki.canonical import canonical_json, check_json, check_text, shown
 from toki.chain import ChainCheck, Digest, VerifyReport
+from toki.checkpoint import (
+    Checkpoint,
+    LazyLog,
+    due,
+    lazy_snapshot,
+    text_digest,
+)
 from toki.consumption import (
     ConsumerImpact,
     Consumption,
@@ -77,7 +85,7 @@ from toki.plan import (
     new_version,
     version_id,
 )
-from toki.projection import ReconcileReport, reconcile
+from toki.projection import ReconcileReport, compare, reconcile
 from toki.replay import KeySummary, Snapshot, gc_paused, replay
 from toki.scratch import rejudge
 from toki.shadow import (
@@ -124,6 +132,7 @@ class Memory:
         clock: Clock | None = None,
         isolation: Isolation | None = None,
         repair_projection: bool = False,
+        from_checkpoint: bool = True,
     ) -> None:
         """isolation: the level writes run at. None: on PostgreSQL each write runs at its
         operator's declared level; the in-memory and SQLite stores have one writer at a time,
@@ -133,7 +142,12 @@ class Memory:
 
         Opening checks the log's chain and reconciles the stored projection with the log; a
         difference raises IntegrityError and changes nothing, unless repair_projection=True
-        (after `toki verify` showed the log intact): then the projection is rebuilt from it."""
+        (after `toki verify` showed the log intact): then the projection is rebuilt from it.
+
+        A store with a checkpoint (SQLite) is opened from it: only the events after it are
+        folded, each key's state is built from its own log rows on first use
+        (toki.checkpoint); from_checkpoint=False (and repair_projection=True) replays and
+        chain-checks the whole log instead, and then writes a new checkpoint if one is due."""
         self._store: EventStore = store if store is not None else InMemoryStore()
         self._clock: Clock = clock or _utc_now
         self._isolation = isolation
@@ -149,7 +163,14 @@ class Memory:
         self._retries = 0
         self.open_report: ReconcileReport | None = None
         self._repair = repair_projection
+        self._from_checkpoint = from_checkpoint and not repair_projection
         self._chain: ChainCheck | None = ChainCheck(self._store.url)
+        self._checkpoint: Checkpoint | None = None  # the last one read or written
+        self._digests: dict[FactKey, str] = {}  # its projection-row digests, per key
+        self._dirty: set[FactKey] = set()  # keys folded since (their digests are stale)
+        self._checkpoints = hasattr(self._store, "save_checkpoint") and not getattr(
+            self._store, "read_only", False
+        )
         self._load()
 
     # -- opening and closing ---------------------------------------------------------------
@@ -162,19 +183,25 @@ class Memory:
         clock: Clock | None = None,
         isolation: Isolation | None = None,
         repair_projection: bool = False,
+        from_checkpoint: bool = True,
     ) -> Memory:
         """Open 'memory://', 'sqlite:///path.db' or 'postgresql://…'. Opening checks the log's
         chain and reconciles the projection; see docs/integrity.md for repair_projection.
         isolation=None: on PostgreSQL each write runs at its operator's declared level (the
-        one-writer stores are serial); a level forces that level (see Memory.__init__)."""
+        one-writer stores are serial); a level forces that level (see Memory.__init__);
+        from_checkpoint=False replays the whole log even if the store has a checkpoint."""
         return cls(
             open_store(url),
             clock=clock,
             isolation=isolation,
             repair_projection=repair_projection,
+            from_checkpoint=from_checkpoint,
         )
 
     def close(self) -> None:
+        """Close the store, writing a checkpoint first if one is due (toki.checkpoint)."""
+        with suppress(StoreError):  # a checkpoint only saves the next open time
+            self._checkpoint_if_due()
         self._store.close()
 
     def __enter__(self) -> Memory:
@@ -226,9 +253,19 @@ class Memory:
         return WriteStats(self._writes, self._retries)
 
     def _load(self) -> None:
-        """Fold the log; reconcile the stored projection against the same consistent read;
-        route claims to the operators of the configuration promoted last."""
+        """Fold the log (or, from a checkpoint, only its tail); reconcile the stored
+        projection against the same consistent read; route claims to the operators of the
+        configuration promoted last."""
         self._store.sequence()  # events a crashed writer committed but never sequenced
+        refused = self._open_from_checkpoint() if self._from_checkpoint else ""
+        if refused is None:
+            return
+        self._full_load(refused)
+        with suppress(StoreError):  # e.g. a log written before checkpoints: write one now
+            self._checkpoint_if_due()
+
+    def _full_load(self, refused: str) -> None:
+        """The whole log replayed and chain-checked (no checkpoint, or one refused)."""
         with gc_paused():
             events, unsequenced, watermark, stored = self._store.load_state()
             chained = self._chain_old_log(events)
@@ -246,20 +283,149 @@ class Memory:
             for event in unsequenced:
                 replayed.apply(event)
         replayed.watermark = self._log.last_seq
-        self.open_report = report = reconcile(stored, watermark, replayed)
+        report = reconcile(stored, watermark, replayed)
+        how = "full replay" + (f" ({refused})" if refused else "")
+        self.open_report = report = dataclasses.replace(report, opened_from=how)
         if not report.ok:
             if not (self._repair or chained):
-                raise IntegrityError(
-                    f"{self._store.url}: the stored projection differs from the log (projection "
-                    f"at seq {report.watermark}, log at seq {report.replay_watermark}): "
-                    f"{report.describe()}; nothing was changed. The projection is only ever "
-                    "written with the log, so one of them was changed outside toki: run `toki "
-                    "verify URL --digest D` with a digest saved earlier; if the log is intact, "
-                    "open with repair_projection=True to rebuild the projection from it"
-                )
+                raise self._drifted(report)
             self._store.append([], replayed.summaries(), replayed.watermark, replace=True)
         if chained:
             self._record_chaining(chained, report)
+
+    def _drifted(self, report: ReconcileReport) -> IntegrityError:
+        return IntegrityError(
+            f"{self._store.url}: the stored projection differs from the log (projection "
+            f"at seq {report.watermark}, log at seq {report.replay_watermark}): "
+            f"{report.describe()}; nothing was changed. The projection is only ever "
+            "written with the log, so one of them was changed outside toki: run `toki "
+            "verify URL --digest D` with a digest saved earlier; if the log is intact, "
+            "open with repair_projection=True to rebuild the projection from it"
+        )
+
+    # -- checkpoints (toki.checkpoint) -----------------------------------------------------
+
+    def _open_from_checkpoint(self) -> str | None:
+        """Open from the store's checkpoint: None if it did; otherwise why not ("" when the
+        store has none), and the caller replays the whole log. A record that fails its
+        checks is refused, never trusted: the full replay then decides (and names any
+        tampering with the log itself as it always did)."""
+        load = getattr(self._store, "load_checkpoint", None)
+        found = None if load is None else load()
+        if found is None:
+            return ""
+        url = self._store.url
+        try:
+            checkpoint = Checkpoint.from_text(found[0], found[1], url)
+        except IntegrityError as exc:
+            return f"checkpoint refused: {exc}"
+        if checkpoint is None:
+            return "checkpoint of another format ignored"
+        seq = checkpoint.seq
+        at, tail, seal, at_seal, watermark, stored = self._store.load_tail(seq)  # type: ignore[attr-defined]
+        last = tail[-1].seq if tail else seq
+        problem = None
+        if at != checkpoint.head:
+            problem = f"the stored chain link at seq {seq} is not the checkpoint's head"
+        elif seal is None or any(e.chain is None for e in tail):
+            problem = "the log after it has no chain seal or an unlinked event"
+        elif (
+            seal.seq > last
+            or (seal.seq <= seq and at_seal != seal.head)
+            or (seal.seq > seq and tail[seal.seq - seq - 1].chain != seal.head)
+        ):
+            problem = "the chain seal does not match the log"
+        if problem is not None:
+            return f"checkpoint at seq {seq} refused: {problem}"
+        self._checkpoint = checkpoint
+        self._digests = {k: d for k, _, d in checkpoint.keys}
+        self._log = LazyLog(checkpoint, lambda: self._store.prefix_events(seq), url)  # type: ignore[attr-defined]
+        chain = self._chain = ChainCheck(url)
+        chain.seq, chain.head = seq, checkpoint.head
+        admitted = [e for e in tail if self._admit(e)]  # the tail fully chain-checked
+        store: Any = self._store
+
+        def row_of(key: FactKey) -> KeySummary | None:
+            row = stored.get(store.key_text(key))
+            return None if row is None else store.parse_row(row)[1]
+
+        self._snapshot = lazy_snapshot(checkpoint, store, admitted, row_of)
+        touched = {e.key for e in admitted}
+        self._dirty |= touched
+        config = in_force(self._snapshot, None)
+        if config is not None:
+            self._operators = {f: OPERATORS[o] for f, o in config.operators}
+        report = dataclasses.replace(
+            self._reconcile_tail(stored, watermark, touched),
+            opened_from=f"checkpoint at seq {seq} ({len(admitted)} tail events on "
+            f"{len(touched)} keys, whose projection rows are checked on first use)",
+        )
+        self.open_report = report
+        if not report.ok:
+            raise self._drifted(report)
+        return None
+
+    def _reconcile_tail(
+        self, rows: Mapping[str, Sequence[Any]], watermark: int, touched: set[FactKey]
+    ) -> ReconcileReport:
+        """Reconcile after a checkpointed open: every stored row (as stored, by key text) of
+        a key the tail did not touch against the digest the checkpoint recorded for it; a
+        row that differs or is missing is compared with its key's fold from the log. The keys
+        the tail touched check their row when first used (toki.checkpoint.lazy_snapshot)."""
+        store: Any = self._store
+        keys = self._snapshot.keys
+        texts = {store.key_text(k): k for k in keys if k not in touched}
+        stored: dict[FactKey, KeySummary] = {}
+        fresh: dict[FactKey, KeySummary] = {}
+        checked = 0
+        for text in rows.keys() | texts.keys():
+            key = texts.get(text)
+            row = rows.get(text)
+            if key is None and text in rows and store.parse_row(row)[0] in touched:
+                continue
+            checked += 1
+            if (
+                row is not None
+                and key is not None
+                and store.digest_row(row) == self._digests.get(key)
+            ):
+                continue  # the row the checkpoint's writer derived from the log
+            if row is not None:
+                parsed, summary = store.parse_row(row)
+                stored[parsed] = summary
+            if key is not None:
+                fresh[key] = keys[key].summary()
+        report = compare(stored, watermark, fresh, self._log.last_seq)
+        return dataclasses.replace(report, keys_checked=checked)
+
+    def checkpoint(self) -> Checkpoint | None:
+        """Write a checkpoint at the log's head now (SQLite; None on a store that keeps none,
+        on a read-only one, or for an empty log): the next open folds only what comes after
+        it (docs/integrity.md)."""
+        if not self._checkpoints or self._chain is None or self._log.last_seq == 0:
+            return None
+        with self._writer, self._store.write_lock():
+            self._catch_up()
+            seqs = self._log.key_seqs()
+            rows = []
+            for key in sorted(self._snapshot.keys):
+                digest = self._digests.get(key)
+                if digest is None or key in self._dirty:
+                    summary = self._snapshot.keys[key].summary()
+                    digest = self._store.projection_digest(key, summary)  # type: ignore[attr-defined]
+                rows.append((key, seqs.get(key, 0), digest))
+            checkpoint = Checkpoint(self._log.last_seq, self._chain.head, tuple(rows))
+            text = checkpoint.to_text()
+            self._store.save_checkpoint(text, text_digest(text))  # type: ignore[attr-defined]
+        self._checkpoint = checkpoint
+        self._digests = {k: d for k, _, d in rows}
+        self._dirty.clear()
+        return checkpoint
+
+    def _checkpoint_if_due(self) -> None:
+        base = 0 if self._checkpoint is None else self._checkpoint.seq
+        if self._checkpoints and due(self._log.last_seq, base, len(self._snapshot.keys)):
+            self.checkpoint()
 
     def _chain_old_log(self, events: Sequence[Event]) -> int:
         """The migration of a log written before the chain: store the links of its events
@@ -305,6 +471,7 @@ class Memory:
             if self._shared or self._owned is not None:
                 self._own(event.key)
             self._snapshot.apply(event)
+            self._dirty.add(event.key)
 
     def _own(self, key: FactKey) -> None:
         """Copy on write: never fold into a state a Db handed out still holds."""
@@ -397,6 +564,8 @@ class Memory:
                 self._fold(event)
             if events:
                 self._writes += 1
+                with suppress(StoreError):  # committed already: a busy lock only delays it
+                    self._checkpoint_if_due()
             return events
 
     # -- the request's instants and references (the shell's part of a request) -------------

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from toki.model import FactKey
 from toki.replay import KeySummary, Snapshot
 
-__all__ = ["KeyDifference", "ReconcileReport", "reconcile", "rows_for"]
+__all__ = ["KeyDifference", "ReconcileReport", "compare", "reconcile", "rows_for"]
 
 _FIELDS = ("value_hash", "version_ids", "open_conflicts", "open_intervals", "segments")
 
@@ -42,6 +42,9 @@ class ReconcileReport:
     replay_watermark: int
     keys_checked: int
     differences: tuple[KeyDifference, ...]
+    opened_from: str = "full replay"
+    """How open built the state: "full replay", "checkpoint at seq S (T tail events)", or
+    why a checkpoint was refused before a full replay (toki.checkpoint)."""
 
     @property
     def ok(self) -> bool:
@@ -67,7 +70,16 @@ def reconcile(
     stored: Mapping[FactKey, KeySummary], stored_watermark: int, replayed: Snapshot
 ) -> ReconcileReport:
     """Compare a stored projection with a replay of the log, key by key."""
-    fresh = replayed.summaries()
+    return compare(stored, stored_watermark, replayed.summaries(), replayed.watermark)
+
+
+def compare(
+    stored: Mapping[FactKey, KeySummary],
+    stored_watermark: int,
+    fresh: Mapping[FactKey, KeySummary],
+    replay_watermark: int,
+) -> ReconcileReport:
+    """`reconcile` against rows already derived from the log."""
     diffs = []
     for key in sorted(set(stored) | set(fresh)):
         a, b = stored.get(key), fresh.get(key)
@@ -77,4 +89,4 @@ def reconcile(
         fields = tuple(f for f in _FIELDS if getattr(a, f) != getattr(b, f))
         if fields:
             diffs.append(KeyDifference(key, fields, a, b))
-    return ReconcileReport(stored_watermark, replayed.watermark, len(fresh), tuple(diffs))
+    return ReconcileReport(stored_watermark, replay_watermark, len(fresh), tuple(diffs))

@@ -19,8 +19,9 @@ Semantics (DESIGN §2):
 from __future__ import annotations
 
 import gc
+import threading
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, MutableSet
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, MutableSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -162,6 +163,8 @@ class KeyState:
     closed_by: MutableMapping[str, frozenset[str]] = field(default_factory=dict)  # new -> olds
     _built: bool = False  # latest-epoch structures are built on first use, then maintained
     _indexes: dict[int, _Index] = field(default_factory=dict)
+    _fill: Callable[[], KeyState] | None = field(default=None, compare=False, repr=False)
+    """Set only on a `LazyKeyState`: how to build this state on first use (toki.checkpoint)."""
 
     # -- folding ---------------------------------------------------------------------------
 
@@ -587,6 +590,36 @@ class KeyState:
         }
 
 
+FILL_LOCK = threading.RLock()
+"""Held while a lazy state or index is built, so that a reader and the writer never see one
+half built (toki.checkpoint)."""
+
+_STATE_FIELDS = tuple(f for f in KeyState.__slots__ if f != "_fill")
+
+
+class LazyKeyState(KeyState):
+    """A key state not built yet: its fields are unset until the first attribute read, which
+    builds it with `_fill` (under FILL_LOCK) and turns it into a plain KeyState. A Snapshot
+    opened from a checkpoint holds these for every key the tail did not touch."""
+
+    __slots__ = ()
+
+    def __init__(self, key: FactKey, fill: Callable[[], KeyState]) -> None:
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "_fill", fill)
+
+    def __getattr__(self, name: str) -> Any:
+        with FILL_LOCK:
+            if type(self) is LazyKeyState:
+                fill = object.__getattribute__(self, "_fill")
+                full = fill()
+                for slot in _STATE_FIELDS:
+                    object.__setattr__(self, slot, object.__getattribute__(full, slot))
+                object.__setattr__(self, "_fill", None)
+                object.__setattr__(self, "__class__", KeyState)
+        return object.__getattribute__(self, name)
+
+
 def _fmt(at: datetime | None) -> str | None:
     return None if at is None else format_instant(at)
 
@@ -738,11 +771,12 @@ class Snapshot:
         it: `Memory` does, so that a `Db` holding this one never changes)."""
         other = Snapshot()
         other.keys = dict(self.keys)
-        other.holds = dict(self.holds)
-        other.judge_log = JudgeLog()
-        other.judge_log._verdicts = dict(self.judge_log._verdicts)
-        other.version_key = dict(self.version_key)
-        other.seen = set(self.seen)
+        # .copy(), not dict(…)/set(…): a snapshot opened from a checkpoint holds lazy
+        # containers (toki.checkpoint) whose copies must stay lazy, not load everything
+        other.holds = self.holds.copy()
+        other.judge_log = self.judge_log.copy()
+        other.version_key = self.version_key.copy()
+        other.seen = self.seen.copy()
         other.watermark = self.watermark
         return other
 

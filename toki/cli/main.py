@@ -2,7 +2,7 @@
 
 Each group of subcommands lives in its own module with its parsers (`simulate`: demo,
 calibrate, explore, relay; `checking`: check, replay, show; `experiments`: matrix, pg-grid;
-`stores`: verify, shadow); `locomo`, `prove` and `real` have their own command lines."""
+`stores`: verify, checkpoint, shadow); `locomo`, `prove` and `real` have their own command lines."""
 
 from __future__ import annotations
 

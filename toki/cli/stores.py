@@ -1,4 +1,5 @@
-"""`toki verify` and `shadow`: commands that read a store."""
+"""`toki verify`, `checkpoint` and `shadow`: commands that read a store (`checkpoint` also
+writes its checkpoint record, nothing else)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,32 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _cmd_checkpoint(args: argparse.Namespace) -> int:
+    """Replay and chain-check a store's whole log and write a checkpoint at its head from
+    that state (never from the previous checkpoint), so that the next open folds nothing
+    (docs/integrity.md, "Checkpoints")."""
+    from toki.memory import Memory
+    from toki.store.audit import open_existing
+    from toki.store.open import open_store
+
+    open_existing(args.url).close()  # refuses a missing store: nothing is created
+    with Memory(open_store(args.url), from_checkpoint=False) as mem:
+        report = mem.open_report
+        made = mem.checkpoint()
+        if made is None:
+            raise InvalidInput(
+                "url", f"{args.url} keeps no checkpoints (only sqlite:/// stores do), or is empty"
+            )
+    opened = "" if report is None else report.opened_from
+    if args.json:
+        print_json({"seq": made.seq, "head": made.head, "keys": len(made.keys), "opened": opened})
+    else:
+        print(
+            f"{args.url}: checkpoint at seq {made.seq} ({len(made.keys)} keys); opened by {opened}"
+        )
+    return 0
+
+
 def _cmd_shadow(args: argparse.Namespace) -> int:
     """Fold a store's log under another configuration (docs/shadow.md) and print every read
     whose answer differs, classified; exit 1 when anything is unexplained or an input could
@@ -75,6 +102,12 @@ def add_parsers(sub: Any) -> None:
     )
     ver.add_argument("--json", action="store_true", help="machine-readable output")
     ver.set_defaults(handler=_cmd_verify)
+    ckp = sub.add_parser(
+        "checkpoint", help="replay a store's log, write a checkpoint at its head (faster opens)"
+    )
+    ckp.add_argument("url", help="the store: sqlite:///path.db")
+    ckp.add_argument("--json", action="store_true", help="machine-readable output")
+    ckp.set_defaults(handler=_cmd_checkpoint)
     shd = sub.add_parser(
         "shadow", help="a store's projection under another configuration, differences classified"
     )

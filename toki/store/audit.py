@@ -21,6 +21,7 @@ from toki.store.base import ALL_SEQS, EventStore, sqlite_path
 from toki.store.open import open_store
 
 __all__ = [
+    "checkpoint_problem",
     "consumption_problem",
     "open_existing",
     "projection_problem",
@@ -80,9 +81,47 @@ def verify_store(
     problem = (
         projection_problem(store)
         or (index() if index is not None else None)
+        or checkpoint_problem(store, events)
         or consumption_problem(store)
     )
     return report if problem is None else dataclasses.replace(report, problem=problem)
+
+
+def checkpoint_problem(store: EventStore, events: list[Event]) -> str | None:
+    """None if the store keeps no checkpoint or its record equals what a replay of the log
+    up to its seq gives: the chain link there, each key's last per-key seq and the digest of
+    each key's projection row then (toki.checkpoint). A record that differs would only be
+    refused or named on use by open; `toki verify` names it now."""
+    load = getattr(store, "load_checkpoint", None)
+    found = None if load is None else load()
+    if found is None:
+        return None
+    from toki.checkpoint import Checkpoint  # one store concept, read here only
+
+    where = f"{store.url}: the checkpoint"
+    try:
+        checkpoint = Checkpoint.from_text(found[0], found[1], store.url)
+    except IntegrityError as exc:
+        return f"{exc} (open ignores it and replays the whole log)"
+    if checkpoint is None:
+        return None  # another format: open ignores it
+    seq = checkpoint.seq
+    if not 0 < seq <= len(events) or events[seq - 1].chain != checkpoint.head:
+        return f"{where} at seq {seq} does not name the chain link the log holds there"
+    prefix = replay(events[:seq])
+    digest = store.projection_digest  # type: ignore[attr-defined]
+    expected = {k: (s.last_key_seq, digest(k, s.summary())) for k, s in prefix.keys.items()}
+    recorded = {k: (n, d) for k, n, d in checkpoint.keys}
+    if recorded != expected:
+        bad = sorted(
+            k for k in expected.keys() | recorded.keys() if expected.get(k) != recorded.get(k)
+        )
+        return (
+            f"{where} at seq {seq} differs from a replay of the log up to it for "
+            f"{len(bad)} key(s), first {bad[0]} (changed outside toki: reads of those keys "
+            "would raise IntegrityError; `toki checkpoint URL` writes a new one)"
+        )
+    return None
 
 
 def consumption_problem(store: EventStore) -> str | None:

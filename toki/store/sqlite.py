@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 from toki.canonical import canonical_json, decode_json
 from toki.chain import GENESIS, Digest, check_seal, consumption_link, link
@@ -39,7 +40,15 @@ from toki.store.base import (
 )
 from toki.time import format_instant, parse_instant
 
-__all__ = ["INSERT_EVENT", "SCHEMA_VERSION", "SQLiteStore", "event_row", "id_prefix"]
+__all__ = [
+    "INSERT_EVENT",
+    "SCHEMA_VERSION",
+    "SQLiteStore",
+    "event_row",
+    "id_prefix",
+    "row_digest",
+    "summary_of_row",
+]
 
 SCHEMA_VERSION = 4
 """1: events and projection; 2: each event's chain link (toki.chain; NULL before it);
@@ -436,6 +445,148 @@ class SQLiteStore:
         check_seal(self.url, events, seal)  # no downgrade: a stripped or shortened chain
         return events, [], watermark, projection
 
+    # -- checkpoints (toki.checkpoint): the record in toki_meta, reads of the log up to it --
+
+    def load_checkpoint(self) -> tuple[str, str | None] | None:
+        """The checkpoint record and the digest stored beside it; None if there is none."""
+        with self._lock, self._errors():
+            rows = dict(
+                self._conn.execute(
+                    "SELECT name, value FROM toki_meta WHERE name IN "
+                    "('checkpoint', 'checkpoint_digest')"
+                ).fetchall()
+            )
+        text = rows.get("checkpoint")
+        return None if text is None else (str(text), rows.get("checkpoint_digest"))
+
+    def save_checkpoint(self, text: str, text_digest: str) -> None:
+        with self._locked(), self._errors():
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO toki_meta VALUES (?, ?)",
+                [("checkpoint", text), ("checkpoint_digest", text_digest)],
+            )
+
+    def load_tail(
+        self, seq: int
+    ) -> tuple[str | None, list[Event], Digest | None, str | None, int, dict[str, tuple[Any, ...]]]:
+        """One consistent read for an open from a checkpoint at `seq`: (the stored link at
+        seq, the events after it, the chain seal, the stored link at the seal's seq,
+        projection watermark, projection rows as stored, by key text: `row_digest` and
+        `summary_of_row` read them)."""
+        with self._lock:
+            self._run("BEGIN")
+            try:
+                seal = self.chain_seal()
+                at = self._link_at(seq)
+                at_seal = None if seal is None else self._link_at(seal.seq)
+                tail = list(self.load(seq))
+                with self._errors():
+                    wm = self._conn.execute(
+                        "SELECT value FROM toki_meta WHERE name='watermark'"
+                    ).fetchone()
+                    rows = self._conn.execute("SELECT * FROM toki_current").fetchall()
+            finally:
+                self._conn.execute("COMMIT")
+        watermark = int(wm[0]) if wm else 0
+        return at, tail, seal, at_seal, watermark, {str(r[0]): tuple(r) for r in rows}
+
+    def key_text(self, key: FactKey) -> str:
+        return _key_text(key)
+
+    def projection_digest(self, key: FactKey, summary: KeySummary) -> str:
+        """The digest of the projection row `append` writes for (key, summary)."""
+        return row_digest(_projection_row(key, summary))
+
+    def digest_row(self, row: Sequence[object]) -> str:
+        return row_digest(row)
+
+    def parse_row(self, row: Sequence[Any]) -> tuple[FactKey, KeySummary]:
+        return summary_of_row(row)
+
+    def _link_at(self, seq: int) -> str | None:
+        with self._errors():
+            row = self._conn.execute(
+                "SELECT chain FROM toki_event WHERE seq = ?", (seq,)
+            ).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
+    def key_events(self, key: FactKey, upto: int) -> list[Event]:
+        """The key's events with seq <= upto in per-key order, each event's stored link
+        checked against the link of the row before it (toki.checkpoint)."""
+        with self._lock, self._errors():
+            rows = self._conn.execute(
+                f"SELECT {', '.join('e.' + c for c in LOG_COLUMNS.split(', '))}, p.chain "
+                "FROM toki_event e LEFT JOIN toki_event p ON p.seq = e.seq - 1 "
+                "WHERE e.key_id = (SELECT id FROM toki_key WHERE fact_key = ?) AND e.seq <= ? "
+                "ORDER BY e.key_seq",
+                (_key_text(key), upto),
+            ).fetchall()
+        events = list(events_from_rows([r[:-1] for r in rows], self.path))
+        for event, row in zip(events, rows, strict=True):
+            prev = GENESIS if event.seq == 1 else row[-1]
+            if event.key != key:
+                raise IntegrityError(
+                    f"{self.path}: event seq {event.seq} is stored under another fact key "
+                    f"than its payload's ({event.key}): toki_key or toki_event.key_id was "
+                    "changed outside toki; run `toki verify URL`"
+                )
+            if prev is None or event.chain is None or link(str(prev), event) != event.chain:
+                raise IntegrityError(
+                    f"{self.path}: event seq {event.seq}: its chain link does not follow "
+                    "from the event before it (an event at or before it was rewritten, "
+                    "deleted or renumbered outside toki); run `toki verify URL --digest D`"
+                )
+        return events
+
+    def has_event(self, event_id: str, upto: int) -> bool:
+        with self._lock, self._errors():
+            row = self._conn.execute(
+                "SELECT 1 FROM toki_event WHERE id_prefix = ? AND event_id = ? AND seq <= ?",
+                (id_prefix(event_id), event_id, upto),
+            ).fetchone()
+        return row is not None
+
+    def event_ids(self, upto: int) -> list[str]:
+        with self._lock, self._errors():
+            rows = self._conn.execute(
+                "SELECT event_id FROM toki_event WHERE seq <= ?", (upto,)
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def version_keys(self, upto: int) -> dict[str, FactKey]:
+        """version id -> fact key of every ASSERT with seq <= upto (from the payloads)."""
+        with self._lock, self._errors():
+            rows = self._conn.execute(
+                "SELECT json_extract(e.payload, '$._version_ids[0]'), k.fact_key FROM "
+                "toki_event e JOIN toki_key k ON k.id = e.key_id "
+                "WHERE e.kind = 'ASSERT' AND e.seq <= ?",
+                (upto,),
+            ).fetchall()
+        keys: dict[str, FactKey] = {}
+        out = {}
+        for vid, text in rows:
+            key = keys.get(text)
+            if key is None:
+                key = keys[text] = FactKey.from_json(json.loads(text))
+            out[str(vid)] = key
+        return out
+
+    def decision_events(self, upto: int) -> list[Event]:
+        with self._lock, self._errors():
+            rows = self._conn.execute(
+                f"SELECT {LOG_COLUMNS} FROM toki_event WHERE kind = 'DECISION' AND seq <= ? "
+                "ORDER BY seq",
+                (upto,),
+            ).fetchall()
+        return list(events_from_rows(rows, self.path))
+
+    def prefix_events(self, upto: int) -> list[Event]:
+        with self._lock, self._errors():
+            rows = self._conn.execute(
+                f"SELECT {LOG_COLUMNS} FROM toki_event WHERE seq <= ? ORDER BY seq", (upto,)
+            ).fetchall()
+        return list(events_from_rows(rows, self.path))
+
     def append(
         self,
         events: Sequence[Event],
@@ -455,17 +606,7 @@ class SQLiteStore:
                 self._conn.execute("DELETE FROM toki_current")
             self._conn.executemany(
                 "INSERT OR REPLACE INTO toki_current VALUES (?,?,?,?,?,?)",
-                [
-                    (
-                        _key_text(k),
-                        s.value_hash,
-                        json.dumps(list(s.version_ids)),
-                        s.open_conflicts,
-                        s.open_intervals,
-                        json.dumps([list(seg) for seg in s.segments]),
-                    )
-                    for k, s in summaries.items()
-                ],
+                [_projection_row(k, s) for k, s in summaries.items()],
             )
             self._conn.execute(
                 "UPDATE toki_meta SET value=? WHERE name='watermark'", (str(watermark),)
@@ -586,17 +727,7 @@ class SQLiteStore:
         with self._lock, self._errors():
             wm = self._conn.execute("SELECT value FROM toki_meta WHERE name='watermark'").fetchone()
             rows = self._conn.execute("SELECT * FROM toki_current").fetchall()
-        out = {}
-        for key_text, value_hash, version_ids, conflicts, intervals, segments in rows:
-            key = FactKey.from_json(json.loads(key_text))
-            segs = tuple((a, b, _bound(c), _bound(d)) for a, b, c, d in json.loads(segments))
-            out[key] = KeySummary(
-                value_hash,
-                tuple(json.loads(version_ids)),
-                conflicts,
-                intervals,
-                segs,
-            )
+        out = dict(map(summary_of_row, rows))
         return int(wm[0]) if wm else 0, out
 
     def append_consumption(self, rows: Sequence[tuple[str, str, str, str]]) -> None:
@@ -700,6 +831,31 @@ def _rows(events: Sequence[Event], key_ids: Sequence[int], prev: str) -> list[tu
         prev = link(prev, e)
         rows.append(event_row(e, key_id, prev))
     return rows
+
+
+def _projection_row(key: FactKey, s: KeySummary) -> tuple[object, ...]:
+    """A `toki_current` row."""
+    return (
+        _key_text(key),
+        s.value_hash,
+        json.dumps(list(s.version_ids)),
+        s.open_conflicts,
+        s.open_intervals,
+        json.dumps([list(seg) for seg in s.segments]),
+    )
+
+
+def row_digest(row: Sequence[object]) -> str:
+    """sha256 of a `toki_current` row as stored (a checkpoint records one per key)."""
+    return hashlib.sha256(json.dumps(list(row)).encode()).hexdigest()
+
+
+def summary_of_row(row: Sequence[Any]) -> tuple[FactKey, KeySummary]:
+    """A `toki_current` row read back."""
+    key_text, value_hash, version_ids, conflicts, intervals, segments = row
+    key = FactKey.from_json(json.loads(key_text))
+    segs = tuple((a, b, _bound(c), _bound(d)) for a, b, c, d in json.loads(segments))
+    return key, KeySummary(value_hash, tuple(json.loads(version_ids)), conflicts, intervals, segs)
 
 
 def _parse_seal(where: str, text: str) -> Digest:

@@ -1,0 +1,280 @@
+"""Opening a store (issue #37): from a checkpoint against a full replay, and against the
+read floor of sqlite3, on SQLite stores of 10^3 to 10^6 events.
+
+Writes benchmarks/results/open.json. For each size n the store is built by bulk appends (the
+core benchmark's workload: a supersession chain on each of 1,000 keys, streamed, not held in
+memory), with its projection; then, in one run:
+
+- full replay: `Memory.open` on the store without a checkpoint (that open writes one);
+- checkpoint, tail 999: `Memory.open` after 999 more events were appended behind the
+  checkpoint (the longest tail a store keeps: one is written at max(1,000, keys) events),
+  and with tail 0 (a checkpoint at the head, as `close` or `toki checkpoint` leaves it);
+- the read floor: raw sqlite3 reading exactly the rows a checkpointed open reads
+  (`toki_meta`, every `toki_current` row, the event row at the checkpoint and the tail's
+  rows), and, for the full replay, every row of `toki_event`, `toki_current` and `toki_meta`;
+- what moved to first use: `current()` of one key (its state built from its own events)
+  and `state_hash()` (every key built).
+
+Ratios are floor time / open time (1.0: as fast as sqlite3 reading the same rows). Growth
+exponents are least-squares slopes of log time on log n. Best of `--repeat` opens.
+
+    python -m benchmarks.bench_open            # 10^3 … 10^6 events
+    python -m benchmarks.bench_open --quick    # 10^3 … 10^5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_core import BASE
+from benchmarks.bench_growth import growth_exponent
+from benchmarks.common import machine_info, write_results
+from toki.log import Event, EventKind, make_event
+from toki.memory import Memory
+from toki.model import FactKey, FactVersion
+from toki.replay import Snapshot, gc_paused
+from toki.store.sqlite import SQLiteStore
+from toki.time import BoundSource, Interval
+
+KEYS = 1_000
+TAIL = 999
+BATCH = 10_000
+
+
+def stream_events(n: int, keys: int = KEYS, seed: int = 1) -> Iterator[Event]:
+    """The core benchmark's workload (`bench_core.make_events`), one event at a time."""
+    rng = random.Random(seed)
+    key_list = [FactKey("bench", f"s{i}", "city") for i in range(keys)]
+    last: dict[FactKey, FactVersion] = {}
+    key_seq: dict[FactKey, int] = {}
+    seq = t = 0
+
+    def event(
+        kind: EventKind,
+        key: FactKey,
+        at: Any,
+        ids: tuple[str, ...],
+        body: Any,
+        version: FactVersion | None = None,
+    ) -> Event:
+        nonlocal seq
+        seq += 1
+        key_seq[key] = key_seq.get(key, 0) + 1
+        return make_event(seq, key_seq[key], kind, key, at, ids, body, version)
+
+    while seq < n:
+        key = key_list[rng.randrange(keys)]
+        t += 1
+        at = BASE + timedelta(seconds=t)
+        prev = last.get(key)
+        version = FactVersion(
+            key,
+            f"value-{t}",
+            Interval(at, None, BoundSource.EVIDENCE, BoundSource.UNKNOWN),
+            at,
+            f"src-{t}",
+            f"h{t}",
+            supersedes=None if prev is None else prev.id,
+        )
+        yield event(
+            EventKind.ASSERT,
+            key,
+            at,
+            (version.id,),
+            {"version": version.payload(), "proposed": False},
+            version,
+        )
+        if prev is not None and seq < n:
+            yield event(
+                EventKind.SUPERSEDE,
+                key,
+                at,
+                (prev.id, version.id),
+                {
+                    "old": prev.id,
+                    "new": [version.id],
+                    "closes_at": version.payload()["valid"]["start"],
+                },
+            )
+        last[key] = version
+
+
+def _append(store: SQLiteStore, snapshot: Snapshot, events: Iterator[Event], count: int) -> None:
+    """Bulk-append `count` events with the projection rows of the keys they touch."""
+    batch: list[Event] = []
+    for _ in range(count):
+        batch.append(next(events))
+        if len(batch) == BATCH:
+            _commit(store, snapshot, batch)
+            batch = []
+    if batch:
+        _commit(store, snapshot, batch)
+
+
+def _commit(store: SQLiteStore, snapshot: Snapshot, batch: list[Event]) -> None:
+    with gc_paused():
+        snapshot.fold(batch)
+        rows = {k: snapshot.keys[k].summary() for k in {e.key for e in batch}}
+    with store.write_lock():
+        store.append(batch, rows, batch[-1].seq)
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def _best(repeat: int, fn: Callable[[], Any]) -> float:
+    return min(_timed(fn)[0] for _ in range(repeat))
+
+
+def _open(url: str) -> Memory:
+    mem = Memory.open(url)
+    mem._store.close()  # not mem.close(): that may write a checkpoint, which is not opening
+    return mem
+
+
+def _floor(path: Path, checkpoint_seq: int | None) -> float:
+    """sqlite3 reading the rows an open reads (checkpoint_seq None: a full replay's)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    t0 = time.perf_counter()
+    conn.execute("SELECT * FROM toki_meta").fetchall()
+    conn.execute("SELECT * FROM toki_current").fetchall()
+    if checkpoint_seq is None:
+        conn.execute("SELECT * FROM toki_event ORDER BY seq").fetchall()
+    else:
+        conn.execute("SELECT chain FROM toki_event WHERE seq = ?", (checkpoint_seq,)).fetchall()
+        conn.execute(
+            "SELECT * FROM toki_event WHERE seq > ? ORDER BY seq", (checkpoint_seq,)
+        ).fetchall()
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return elapsed
+
+
+def _everything_floor(path: Path) -> float:
+    """sqlite3 reading every row of every table a checkpointed open touches (toki_event
+    whole, though the open reads only its tail)."""
+    return _floor(path, None)
+
+
+def bench_size(n: int, repeat: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"events": n, "keys": min(KEYS, n), "tail": TAIL}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "open.db"
+        url = f"sqlite:///{path}"
+        store = SQLiteStore(path)
+        snapshot = Snapshot()
+        events = stream_events(n + TAIL)
+        t_build, _ = _timed(lambda: _append(store, snapshot, events, n))
+        out["build_s"] = t_build
+        store.close()
+        # a full replay: the store has no checkpoint (the first open writes one)
+        t_full, mem = _timed(lambda: Memory.open(url))
+        assert mem.open_report is not None and mem.open_report.opened_from == "full replay"
+        hash_full = mem.state_hash()
+        mem.close()
+        out["open_full_replay_s"] = t_full
+        out["floor_full_replay_s"] = min(_floor(path, None) for _ in range(repeat))
+        # a checkpoint at the head (written by that open when due, else by checkpoint())
+        mem = Memory.open(url)
+        mem.checkpoint()
+        mem.close()
+        out["open_checkpoint_tail0_s"] = _best(repeat, lambda: _open(url))
+        out["floor_checkpoint_tail0_s"] = min(_floor(path, n) for _ in range(repeat))
+        # 999 events behind it (appended, the checkpoint left where it was)
+        store = SQLiteStore(path)
+        _append(store, snapshot, events, TAIL)
+        store.close()
+        t_ckpt = _best(repeat, lambda: _open(url))
+        mem = _open(url)
+        report = mem.open_report
+        assert report is not None and report.opened_from.startswith(f"checkpoint at seq {n} ")
+        out["open_checkpoint_s"] = t_ckpt
+        out["floor_checkpoint_s"] = min(_floor(path, n) for _ in range(repeat))
+        out["floor_every_row_s"] = min(_everything_floor(path) for _ in range(repeat))
+        # what moved to first use
+        mem = Memory.open(url)
+        key = FactKey("bench", "s0", "city")
+        out["first_current_one_key_s"], _ = _timed(lambda: mem.current(key))
+        out["first_state_hash_all_keys_s"], hashed = _timed(mem.state_hash)
+        mem._store.close()
+        # the bench folded every event it appended: the checkpointed open must equal it
+        assert hashed == snapshot.state_hash(), "checkpoint open must equal full replay"
+        assert hash_full  # (the state before the tail)
+    for kind in ("checkpoint", "checkpoint_tail0", "full_replay"):
+        open_s, floor_s = out[f"open_{kind}_s"], out[f"floor_{kind}_s"]
+        total = n + (TAIL if kind == "checkpoint" else 0)
+        out[f"{kind}_events_per_s"] = total / open_s
+        out[f"{kind}_ratio_to_floor"] = floor_s / open_s
+    out["checkpoint_ratio_to_every_row"] = out["floor_every_row_s"] / out["open_checkpoint_s"]
+    out["speedup_checkpoint_over_full"] = out["open_full_replay_s"] / out["open_checkpoint_s"]
+    if n == 10**5:
+        out["serialised_snapshot"] = serialised_snapshot(n)
+    return out
+
+
+def serialised_snapshot(n: int) -> dict[str, float]:
+    """The design not taken: a pickled Snapshot of n events, loaded back, against replaying
+    the same events from memory (docs/integrity.md, "Checkpoints")."""
+    import pickle
+
+    from toki.replay import replay
+
+    events = list(stream_events(n))
+    replay_s, snapshot = _timed(lambda: replay(events))
+    blob = pickle.dumps(snapshot, 5)
+    with gc_paused():
+        load_s, _ = _timed(lambda: pickle.loads(blob))
+    return {"replay_from_memory_s": replay_s, "pickle_load_s": load_s, "pickle_mb": len(blob) / 1e6}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--max", type=int, default=0, help="largest n (default 10^6, quick 10^5)")
+    args = parser.parse_args(argv)
+    top = args.max or (10**5 if args.quick else 10**6)
+    sizes = [n for n in (10**3, 10**4, 10**5, 10**6) if n <= top]
+    print(f"open benchmark: SQLite stores of {sizes} events over {KEYS} keys, tail {TAIL}")
+    results: dict[str, Any] = {"machine": machine_info(), "quick": args.quick, "sizes": []}
+    for n in sizes:
+        row = bench_size(n, args.repeat)
+        results["sizes"].append(row)
+        print(f"  {n}:", json.dumps(row, default=str))
+    ns = [r["events"] for r in results["sizes"]]
+    for kind in ("checkpoint", "checkpoint_tail0", "full_replay"):
+        results[f"{kind}_growth_exponent"] = growth_exponent(
+            ns, [r[f"open_{kind}_s"] for r in results["sizes"]]
+        )
+    top_row = results["sizes"][-1]
+    results["largest"] = {
+        "events": top_row["events"],
+        "open_checkpoint_s": top_row["open_checkpoint_s"],
+        "ratio_to_floor": top_row["checkpoint_ratio_to_floor"],
+        "target_s": 3.0,
+        "target_ratio": 0.5,
+    }
+    print(
+        "  growth exponents:",
+        {k: round(v, 3) for k, v in results.items() if k.endswith("_growth_exponent")},
+    )
+    if not args.quick and math.isfinite(top_row["open_checkpoint_s"]):
+        write_results("open", results)
+    return results
+
+
+if __name__ == "__main__":
+    main()

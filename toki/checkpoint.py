@@ -1,0 +1,456 @@
+"""Checkpoints: open a long log by folding only what came after the last one (issue #37).
+
+A checkpoint is a small record the store keeps beside the log: its format, a seq S, the
+chain link at S, and per fact key its last per-key seq and a digest of its projection row at
+S. It holds no copy of the replayed state: opening a store verifies the record against the
+log (the stored link at S equals the recorded head, the tail's links chain on from it), folds
+the tail (the events after S), and leaves every other key's state *lazy*. A lazy key is
+built on its first use from its own events in the log (one partition read through the
+`(key, key_seq)` index), each event's hash, id and chain link checked against the row
+before it, so a state is only ever derived from the log itself; a checkpoint that disagrees
+with the log raises IntegrityError before anything derived from it is served. The event
+list, the event-id set, the version index and the judge log load the same way, on demand.
+
+Why no serialised state: a serialised snapshot has to be decoded (at 10^6 events that took
+longer than replaying from rows, measured with pickle) and it is a second copy an attacker
+could forge consistently; the per-key partition read is what a write reads anyway. The cost
+moves to the first read of each key (that key's events, not the log's). docs/integrity.md
+says what open then detects and what only `toki verify` does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from toki.canonical import canonical_json, decode_json
+from toki.chain import ChainCheck
+from toki.errors import IntegrityError
+from toki.judge import JudgeLog, Verdict
+from toki.log import Event, EventKind, EventLog
+from toki.model import FactKey
+from toki.replay import FILL_LOCK, KeyState, KeySummary, LazyKeyState, Snapshot
+
+__all__ = [
+    "FORMAT",
+    "MIN_TAIL",
+    "Checkpoint",
+    "LazyLog",
+    "Source",
+    "due",
+    "lazy_snapshot",
+    "text_digest",
+]
+
+FORMAT = 1
+"""The checkpoint record's format; another format is ignored (full replay), never misread."""
+
+MIN_TAIL = 1000
+"""A checkpoint is written once the tail (events after the last one) holds max(MIN_TAIL,
+number of keys) events: a record is O(keys), so the cost per event stays O(1) amortised and
+the tail an open folds stays bounded."""
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def due(last_seq: int, checkpoint_seq: int, keys: int) -> bool:
+    """Whether the tail is long enough to write a new checkpoint."""
+    return last_seq - checkpoint_seq >= max(MIN_TAIL, keys)
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """(seq, chain head at seq, per key: last per-key seq and projection-row digest)."""
+
+    seq: int
+    head: str
+    keys: tuple[tuple[FactKey, int, str], ...]
+
+    def to_text(self) -> str:
+        return canonical_json(
+            {
+                "format": FORMAT,
+                "seq": self.seq,
+                "head": self.head,
+                "keys": [[k.to_json(), n, d] for k, n, d in self.keys],
+            }
+        )
+
+    @classmethod
+    def from_text(cls, text: str, stored_digest: str | None, where: str) -> Checkpoint | None:
+        """The record, or None for another format; IntegrityError if it is not one toki
+        wrote (its digest, stored beside it, differs, or a field is malformed)."""
+        if stored_digest is None or text_digest(text) != stored_digest:
+            raise IntegrityError(f"{where}: the checkpoint record does not match its digest")
+        try:
+            data = decode_json(text)
+            if data.get("format") != FORMAT:
+                return None
+            keys = tuple((FactKey.from_json(k), int(n), str(d)) for k, n, d in data["keys"])
+            return cls(int(data["seq"]), str(data["head"]), keys)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise IntegrityError(f"{where}: the checkpoint record is malformed: {exc}") from exc
+
+
+class Source(Protocol):
+    """What a store offers a lazy snapshot: reads of the log up to the checkpoint's seq."""
+
+    url: str
+
+    def key_events(self, key: FactKey, upto: int) -> list[Event]:
+        """The key's events with seq <= upto in per-key order, each checked (hash, id, and
+        its chain link against the row before it): IntegrityError otherwise."""
+        ...
+
+    def has_event(self, event_id: str, upto: int) -> bool: ...
+
+    def event_ids(self, upto: int) -> list[str]: ...
+
+    def version_keys(self, upto: int) -> dict[str, FactKey]: ...
+
+    def decision_events(self, upto: int) -> list[Event]: ...
+
+    def prefix_events(self, upto: int) -> list[Event]:
+        """Every event with seq <= upto, in seq order, with its stored link."""
+        ...
+
+
+class LazyMap(dict[K, V]):
+    """A dict whose entries from the log's prefix load on the first miss or full read;
+    entries set before that (the tail's) are kept."""
+
+    __slots__ = ("_load",)
+
+    def __init__(self, load: Callable[[], Mapping[K, V]] | None) -> None:
+        super().__init__()
+        self._load = load
+
+    def _ensure(self) -> None:
+        with FILL_LOCK:
+            load = self._load
+            if load is not None:
+                for k, v in load().items():
+                    dict.setdefault(self, k, v)
+                self._load = None
+
+    def get(self, key: K, default: Any = None) -> Any:
+        if self._load is not None and not dict.__contains__(self, key):
+            self._ensure()
+        return dict.get(self, key, default)
+
+    def __getitem__(self, key: K) -> V:
+        if self._load is not None and not dict.__contains__(self, key):
+            self._ensure()
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        if self._load is not None and not dict.__contains__(self, key):
+            self._ensure()
+        return dict.__contains__(self, key)
+
+    def __iter__(self) -> Iterator[K]:
+        self._ensure()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self._ensure()
+        return dict.__len__(self)
+
+    def keys(self) -> Any:
+        self._ensure()
+        return dict.keys(self)
+
+    def values(self) -> Any:
+        self._ensure()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._ensure()
+        return dict.items(self)
+
+    def copy(self) -> LazyMap[K, V]:
+        with FILL_LOCK:
+            other: LazyMap[K, V] = LazyMap(self._load)
+            dict.update(other, self)
+            return other
+
+
+class LazyIds(set[str]):
+    """The ids of the events folded: the tail's in the set, the prefix's asked of the store
+    one by one (an indexed lookup) until something needs them all."""
+
+    __slots__ = ("_all", "_probe")
+
+    def __init__(
+        self, probe: Callable[[str], bool] | None, everything: Callable[[], list[str]] | None
+    ) -> None:
+        super().__init__()
+        self._probe = probe
+        self._all = everything
+
+    def __contains__(self, item: object) -> bool:
+        if set.__contains__(self, item):
+            return True
+        probe = self._probe
+        return probe is not None and isinstance(item, str) and probe(item)
+
+    def isdisjoint(self, other: Iterable[object]) -> bool:
+        return not any(x in self for x in other)
+
+    def _ensure(self) -> None:
+        with FILL_LOCK:
+            everything = self._all
+            if everything is not None:
+                set.update(self, everything())
+                self._all = self._probe = None
+
+    def __iter__(self) -> Iterator[str]:
+        self._ensure()
+        return set.__iter__(self)
+
+    def __len__(self) -> int:
+        self._ensure()
+        return set.__len__(self)
+
+    def copy(self) -> LazyIds:
+        with FILL_LOCK:
+            other = LazyIds(self._probe, self._all)
+            set.update(other, self)
+            return other
+
+
+class LazyJudgeLog(JudgeLog):
+    """The judge log with the prefix's verdicts loaded before the first lookup or write
+    (the first logged verdict wins, so the prefix's must be in place before the tail's)."""
+
+    __slots__ = ("_load",)
+
+    def __init__(self, load: Callable[[], Mapping[tuple[FactKey, str], Verdict]] | None) -> None:
+        super().__init__()
+        self._load = load
+
+    def _ensure(self) -> None:
+        with FILL_LOCK:
+            load = self._load
+            if load is not None:
+                loaded = dict(load())
+                loaded.update(self._verdicts)
+                self._verdicts = loaded
+                self._load = None
+
+    def __len__(self) -> int:
+        self._ensure()
+        return super().__len__()
+
+    def get(self, key: FactKey, theta: Any) -> Verdict | None:
+        self._ensure()
+        return super().get(key, theta)
+
+    def put_digest(self, key: FactKey, theta_digest: str, verdict: Verdict) -> None:
+        self._ensure()
+        super().put_digest(key, theta_digest, verdict)
+
+    def copy(self) -> LazyJudgeLog:
+        with FILL_LOCK:
+            other = LazyJudgeLog(self._load)
+            other._verdicts = dict(self._verdicts)
+            return other
+
+
+def lazy_snapshot(
+    checkpoint: Checkpoint,
+    source: Source,
+    tail: Sequence[Event] = (),
+    row_of: Callable[[FactKey], KeySummary | None] | None = None,
+) -> Snapshot:
+    """The state at the checkpoint's seq plus `tail` (the events after it, chain-checked by
+    the caller) with no key state built yet: each key fills on first use from its own events
+    up to the checkpoint's seq (which must end at the per-key seq it recorded) and then its
+    tail events. A key the tail touched must then summarise to its stored projection row
+    (`row_of`: as read with the tail), or its first use raises IntegrityError."""
+    upto = checkpoint.seq
+    snapshot = Snapshot()
+    snapshot.seen = LazyIds(
+        lambda event_id: source.has_event(event_id, upto), lambda: source.event_ids(upto)
+    )
+    snapshot.version_key = LazyMap(lambda: source.version_keys(upto))
+    decisions: list[Snapshot] = []
+
+    def folded() -> Snapshot:
+        if not decisions:  # holds and judge verdicts come from the DECISION events
+            scratch = Snapshot()
+            for event in source.decision_events(upto):
+                scratch._decision(event)
+            decisions.append(scratch)
+        return decisions[0]
+
+    snapshot.holds = LazyMap(lambda: folded().holds)
+    snapshot.judge_log = LazyJudgeLog(lambda: folded().judge_log._verdicts)
+    snapshot.watermark = upto
+    pending: dict[FactKey, list[Event]] = {}
+    for event in tail:  # what Snapshot.apply records beside the key state, now
+        set.add(snapshot.seen, event.event_id)
+        if event.kind is EventKind.ASSERT:
+            snapshot.version_key[event.version_ids[0]] = event.key
+        elif event.kind is EventKind.DECISION:
+            snapshot._decision(event)
+        pending.setdefault(event.key, []).append(event)
+        snapshot.watermark = max(snapshot.watermark, event.seq)
+    builder = _Builder(checkpoint, source, pending, row_of)
+    for key in [*builder.seqs, *(k for k in pending if k not in builder.seqs)]:
+        snapshot.keys[key] = LazyKeyState(key, builder.filler(key))
+    return snapshot
+
+
+BULK_AFTER = 64
+"""After this many keys were built one by one, the rest are built in one pass over the log
+(as a full replay would): reading everything key by key costs an index walk per key."""
+
+
+class _Builder:
+    """Builds the lazy keys of one snapshot: one key from its own rows, or, once BULK_AFTER
+    were, every key still unbuilt from one chain-walked pass over the prefix."""
+
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        source: Source,
+        tail: Mapping[FactKey, Sequence[Event]],
+        row_of: Callable[[FactKey], KeySummary | None] | None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.source = source
+        self.tail = tail
+        self.row_of = row_of
+        self.seqs = {k: n for k, n, _ in checkpoint.keys}
+        self.built: set[FactKey] = set()
+        self.bulk: dict[FactKey, KeyState | IntegrityError] | None = None
+
+    def filler(self, key: FactKey) -> Callable[[], KeyState]:
+        return lambda: self.fill(key)
+
+    def fill(self, key: FactKey) -> KeyState:
+        if self.bulk is None and len(self.built) >= BULK_AFTER:
+            self.bulk = self._build_all()
+        if self.bulk is not None:
+            built = self.bulk.pop(key, None) or KeyState(key)
+            if isinstance(built, IntegrityError):
+                raise built
+            return built
+        self.built.add(key)
+        upto = self.checkpoint.seq
+        events = self.source.key_events(key, upto) if self.seqs.get(key) else []
+        return self._build(key, events, self.tail.get(key, ()))
+
+    def _build_all(self) -> dict[FactKey, KeyState | IntegrityError]:
+        """Every key from one pass over the prefix, its whole chain walked to the head."""
+        upto, url = self.checkpoint.seq, self.source.url
+        events = self.source.prefix_events(upto)
+        walk = ChainCheck(url)
+        by_key: dict[FactKey, list[Event]] = {}
+        for event in events:
+            walk.add(event, event.chain)
+            by_key.setdefault(event.key, []).append(event)
+        if walk.seq != upto or walk.head != self.checkpoint.head:
+            raise IntegrityError(
+                f"{url}: the log up to seq {upto} does not chain to the head its checkpoint "
+                "recorded (changed outside toki); run `toki verify URL`"
+            )
+        out: dict[FactKey, KeyState | IntegrityError] = {}
+        for key in (self.seqs.keys() | self.tail.keys()) - self.built:
+            try:
+                out[key] = self._build(key, by_key.get(key, []), self.tail.get(key, ()))
+            except IntegrityError as exc:  # raised when that key is used, as one by one
+                out[key] = exc
+        return out
+
+    def _build(self, key: FactKey, events: Sequence[Event], tail: Sequence[Event]) -> KeyState:
+        key_seq, url = self.seqs.get(key, 0), self.source.url
+        last = events[-1].key_seq if events else 0
+        if last != key_seq or any(e.key_seq != i for i, e in enumerate(events, 1)):
+            raise IntegrityError(
+                f"{url}: key {key}: the log holds per-key seqs {_seqs(events)} up to seq "
+                f"{self.checkpoint.seq}, the checkpoint recorded 1..{key_seq} (an event was "
+                "deleted, inserted or renumbered, or the checkpoint was changed, outside "
+                "toki); run `toki verify URL`"
+            )
+        scratch = Snapshot()
+        scratch.fold([*events, *tail])
+        state = scratch.keys.get(key) or KeyState(key)
+        if tail and self.row_of is not None and state.summary() != self.row_of(key):
+            raise IntegrityError(
+                f"{url}: the stored projection row of {key} differs from the log (checked "
+                "when the key was first used after an open from a checkpoint); nothing was "
+                "changed. Run `toki verify URL --digest D`; if the log is intact, open with "
+                "repair_projection=True to rebuild the projection from it"
+            )
+        return state
+
+
+def _seqs(events: Sequence[Event]) -> str:
+    shown = [e.key_seq for e in events[:5]]
+    return ", ".join(map(str, shown)) + (", …" if len(events) > 5 else "") or "none"
+
+
+class LazyLog(EventLog):
+    """The event log of a Memory opened from a checkpoint: last seq and per-key seqs from the
+    record, the tail in memory, the prefix loaded (and its whole chain walked to the
+    checkpoint's head) only when something reads every event."""
+
+    __slots__ = ("_base", "_head", "_prefix")
+
+    def __init__(
+        self, checkpoint: Checkpoint, prefix: Callable[[], list[Event]], where: str
+    ) -> None:
+        super().__init__()
+        self._base = checkpoint.seq
+        self._head = (checkpoint.head, where)
+        self._key_seq = {k: n for k, n, _ in checkpoint.keys if n}
+        self._prefix: Callable[[], list[Event]] | None = prefix
+
+    @property
+    def last_seq(self) -> int:
+        return self._events[-1].seq if self._events else self._base
+
+    def _ensure(self) -> None:
+        with FILL_LOCK:
+            load = self._prefix
+            if load is None:
+                return
+            events = load()
+            check = ChainCheck(self._head[1])
+            for event in events:
+                check.add(event, event.chain)
+            if check.seq != self._base or check.head != self._head[0]:
+                raise IntegrityError(
+                    f"{self._head[1]}: the log up to seq {self._base} does not chain to the "
+                    "head its checkpoint recorded (changed outside toki); run `toki verify URL`"
+                )
+            self._events[:0] = events
+            self._by_id.update((e.event_id, e) for e in events)
+            self._prefix = None
+
+    def __len__(self) -> int:
+        self._ensure()
+        return super().__len__()
+
+    def __iter__(self) -> Iterator[Event]:
+        self._ensure()
+        return super().__iter__()
+
+    def contains(self, event_id: str) -> bool:
+        if event_id in self._by_id:
+            return True
+        self._ensure()
+        return super().contains(event_id)
+
+    def events(self) -> tuple[Event, ...]:
+        self._ensure()
+        return super().events()
