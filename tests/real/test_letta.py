@@ -121,7 +121,7 @@ def test_both_inside_update_block_the_optimistic_lock_refuses_the_second(
 
 @pytest.mark.real
 @pytest.mark.slow
-def test_dpor_runs_are_deterministic(letta: Session) -> None:
+def test_dpor_runs_are_deterministic_within_one_worker(letta: Session) -> None:
     system = get_real_system(NAME)
     first, second = (
         [rr.record for rr in real_runs(system, letta, MANAGER, DPOR(), JUDGE, RECOVERY, budget=4)]
