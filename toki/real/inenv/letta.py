@@ -113,6 +113,11 @@ class Adapter:
             )
             return
         touched = sorted(tables & GATED)
+        if touched == ["agents"]:
+            # the agent row's relationship loads, which Letta gathers over one session: they
+            # reach the database in I/O order, so as gate points they made the same schedule
+            # differ between worker processes; the row's writes (in-context ids) stay gated
+            return
         if touched:
             reads = [("table", t) for t in touched]
             self.controller.gate("sql", "sql.select", {"tables": touched}, reads)
