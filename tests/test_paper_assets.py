@@ -6,6 +6,7 @@ not the assets: run `make paper-assets`.
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import shutil
@@ -146,3 +147,28 @@ def test_the_literal_number_check_can_fail() -> None:
         r"{0.48\linewidth} % 99 in a comment"
     )
     assert _figures(planted) == ["68{,}704", "0.017", "30"]
+
+
+def test_the_matrix_table_marks_the_rows_checked_on_real_code(tmp_path: Path) -> None:
+    """R marks a model row exactly when agreement.csv has a real row beside it."""
+    assets = _assets()
+    _copy_inputs(tmp_path)
+    for name in ("matrix.csv", "matrix.md", "matrix.toml", "agreement.csv"):
+        shutil.copy(ROOT / "verdict_matrix" / name, tmp_path / "verdict_matrix" / name)
+    path = tmp_path / "verdict_matrix" / "agreement.csv"
+    rows = list(csv.DictReader(path.open()))
+    checked = {r["model"] for r in rows}
+    table = str(assets.build(tmp_path)["tab_matrix.tex"])
+    marked = {
+        line.split("}")[0].removeprefix(r"\texttt{")
+        for line in table.splitlines()
+        if line.startswith(r"\texttt{") and r"$^{\mathrm{R}}$ &" in line
+    }
+    assert marked and marked == checked
+    kept = [r for r in rows if r["model"] != sorted(checked)[0]]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(kept)
+    table = str(assets.build(tmp_path)["tab_matrix.tex"])
+    assert rf"\texttt{{{sorted(checked)[0]}}}$^{{\mathrm{{R}}}}$" not in table

@@ -1,12 +1,17 @@
 """Letta 0.16.8's server library, the real code, on its own PostgreSQL 16 with pgvector.
 
 Two Letta agents share one core-memory block and write "alice:manager is Bob" / "... is
-Carol" through Letta's core-memory tools. Serially the replace erases Bob (N3: Letta keeps
-no block history). When both agents load their state before either writes, each computes
-its new value from the empty block: the second update_block_async re-reads the block and
-writes over it (Letta's "update the blocks (LRW)"), so Bob vanishes with no error. When both
-are inside update_block_async (both read version 1), the ORM's optimistic lock
-(`version_id_col`) makes the second fail with ConcurrentUpdateError instead."""
+Carol" through Letta's core-memory tools; each step persists what LettaAgentV3 persists
+(provider trace, input message, tool call and tool return). Serially the replace erases Bob
+from the block, but the messages keep him (the replace's old_content): no N3. When both
+agents load their state before either writes, each computes its new value from the empty
+block: the second update_block_async re-reads the block and writes over it (Letta's "update
+the blocks (LRW)"), so Bob vanishes from the block with no error, and re-applying the
+recorded tool calls gives both lines (RD). When both are inside update_block_async (both
+read version 1), the ORM's optimistic lock (`version_id_col`) makes the second fail with
+ConcurrentUpdateError instead; its tool call is recorded with status "error".
+
+The host half (`replay_tools`, `recoverable`) is tested without the environment."""
 
 from __future__ import annotations
 
@@ -15,16 +20,17 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toki.real import get_real_system
+from toki.real.adapters.letta import LettaHost, block_lines, replay_tools
 from toki.real.checks import check_real
 from toki.real.driver import RealRun, SerialCache, finish_run, real_program, real_runs, run_plan
 from toki.real.session import Session
 from toki.sim.dpor import DPOR
 from toki.sim.workload import scenario
 from toki.systems.base import SimJudge
-
-pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 NAME = "letta-0.16.8"
 RECOVERY = SimJudge(0.5, 1)
@@ -43,25 +49,49 @@ def block(rr: RealRun) -> tuple[str, int]:
     return b["value"], b["version"]
 
 
-def test_serial_replace_erases_bob(letta: Session) -> None:
+def calls(rr: RealRun) -> list[tuple[int, str, str]]:
+    """(agent, tool, status) of each recorded tool call, in message order."""
+    return [(c["agent"], c["name"], c["status"]) for c in rr.observation["tool_calls"]]
+
+
+def checks(session: Session, rr: RealRun) -> dict[str, bool]:
+    system = get_real_system(NAME)
+    serial = SerialCache(system, session, MANAGER, JUDGE, 0)
+    return {k: v.found for k, v in check_real(system, MANAGER, rr, serial, RECOVERY).items()}
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_serial_replace_erases_bob_from_the_block_not_from_the_messages(letta: Session) -> None:
     rr = targeted(letta, [(0, None, None), (1, None, None)])
     assert rr.outcomes == (("core_memory_append",), ("core_memory_replace",))
     assert block(rr) == ("\nalice:manager is Carol", 3)
     assert rr.observation["agents_see"] == ["\nalice:manager is Carol"] * 2
-    system = get_real_system(NAME)
-    found = check_real(system, MANAGER, rr, SerialCache(system, letta, MANAGER, JUDGE, 0), RECOVERY)
-    assert found["N3"].found and found["N3"].details["erased"] == {"alice:manager": ["Bob"]}
-    assert not found["N2"].found and not found["N1"].found and not found["RD"].found
+    assert calls(rr) == [
+        (0, "core_memory_append", "success"),
+        (1, "core_memory_replace", "success"),
+    ]
+    assert rr.observation["tool_calls"][1]["args"]["old_content"] == "alice:manager is Bob"
+    host = get_real_system(NAME).host
+    assert host.recoverable(rr.observation, "alice:manager") == {"Bob", "Carol"}
+    assert checks(letta, rr) == {"N1": False, "RD": False, "N2": False, "N3": False}
 
 
+@pytest.mark.real
+@pytest.mark.slow
 def test_both_load_first_the_second_write_silently_replaces_the_first(letta: Session) -> None:
     rr = targeted(letta, [(0, "llm.tool", 0), (1, "llm.tool", 0), (0, None, None), (1, None, None)])
     seen = [t["detail"]["block"] for t in rr.trace if t.get("point") == "llm.tool"]
     assert seen == ["", ""]  # both loaded the empty block
     assert rr.outcomes == (("core_memory_append",), ("core_memory_append",))  # no error
     assert block(rr) == ("\nalice:manager is Carol", 3)  # Bob's line is gone
+    # both appends are recorded as successes: re-applying them gives both lines (RD)
+    assert calls(rr) == [(0, "core_memory_append", "success"), (1, "core_memory_append", "success")]
+    assert checks(letta, rr) == {"N1": False, "RD": True, "N2": False, "N3": False}
 
 
+@pytest.mark.real
+@pytest.mark.slow
 def test_both_inside_update_block_the_optimistic_lock_refuses_the_second(
     letta: Session,
 ) -> None:
@@ -82,11 +112,16 @@ def test_both_inside_update_block_the_optimistic_lock_refuses_the_second(
         ]
         assert updates[0]["detail"] == {"table": "block"}
     assert rr.outcomes[0] == ("core_memory_append",)
-    assert rr.outcomes[1][0].startswith("error: ConcurrentUpdateError: CONFLICT: Block")
+    assert rr.outcomes[1][0].startswith("error: ") and "ConcurrentUpdateError" in rr.outcomes[1][0]
     assert block(rr) == ("\nalice:manager is Bob", 2)
+    # the refused call is recorded with status error, and the recovery skips it
+    assert calls(rr) == [(0, "core_memory_append", "success"), (1, "core_memory_append", "error")]
+    assert checks(letta, rr) == {"N1": False, "RD": False, "N2": False, "N3": False}
 
 
-def test_dpor_runs_are_deterministic(letta: Session) -> None:
+@pytest.mark.real
+@pytest.mark.slow
+def test_dpor_runs_are_deterministic_within_one_worker(letta: Session) -> None:
     system = get_real_system(NAME)
     first, second = (
         [rr.record for rr in real_runs(system, letta, MANAGER, DPOR(), JUDGE, RECOVERY, budget=4)]
@@ -96,6 +131,8 @@ def test_dpor_runs_are_deterministic(letta: Session) -> None:
     assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
 
 
+@pytest.mark.real
+@pytest.mark.slow
 def test_cli_explores_fifty_schedules_with_no_network(tmp_path) -> None:  # type: ignore[no-untyped-def]
     done = subprocess.run(
         [
@@ -121,6 +158,59 @@ def test_cli_explores_fifty_schedules_with_no_network(tmp_path) -> None:  # type
         check=False,
     )
     assert done.returncode in (0, 1), done.stderr[-2000:]  # 1: an anomaly was found
+    # (a network attempt fails the run with exit 4: NetworkRefused)
     out = json.loads(done.stdout)
     assert out["schedules"] == 50 and out["system"] == NAME
-    assert out["anomalies"]["N3"] >= 1 and (tmp_path / f"{NAME}-N3.json").is_file()
+    assert out["model"] == "letta" and out["checked"]["N3"] == 50
+
+
+# -- the host half, without the environment ---------------------------------------------
+
+LINE = st.sampled_from(["a:k is X", "a:k is Y", "b:k is Z"])
+
+
+def append(content: str, status: str = "success") -> dict[str, object]:
+    return {"name": "core_memory_append", "args": {"content": content}, "status": status}
+
+
+def replace(old: str, new: str, status: str = "success") -> dict[str, object]:
+    args = {"old_content": old, "new_content": new}
+    return {"name": "core_memory_replace", "args": args, "status": status}
+
+
+@settings(max_examples=50, derandomize=True)
+@given(st.lists(LINE, max_size=6))
+def test_replayed_appends_are_the_lines_in_order(lines: list[str]) -> None:
+    rebuilt = replay_tools([append(x) for x in lines])
+    assert rebuilt == "".join("\n" + x for x in lines)
+    assert block_lines(rebuilt) == [tuple(x.split(" is ")) for x in lines]
+
+
+@settings(max_examples=50, derandomize=True)
+@given(st.lists(LINE, max_size=4), LINE, LINE)
+def test_a_refused_or_impossible_call_changes_nothing(lines: list[str], old: str, new: str) -> None:
+    base = [append(x) for x in lines]
+    before = replay_tools(base)
+    assert replay_tools([*base, append(new, status="error")]) == before
+    assert replay_tools([*base, replace(old, new, status="error")]) == before
+    if old not in before:  # the executor raises "Old content ... not found"
+        assert replay_tools([*base, replace(old, new)]) == before
+    else:  # str.replace: every occurrence
+        assert replay_tools([*base, replace(old, new)]) == before.replace(old, new)
+
+
+def test_recoverable_counts_the_block_the_tool_arguments_and_the_traces() -> None:
+    observation = {
+        "block": {"value": "\na:k is Carol"},
+        "tool_calls": [
+            append("a:k is Bob"),
+            replace("a:k is Bob", "a:k is Carol"),
+            append("a:k is Dave", status="error"),  # its arguments are kept all the same
+        ],
+        "trace_prompts": ["<value>\na:k is Eve\n</value>"],
+    }
+    host = LettaHost()
+    assert host.recoverable(observation, "a:k") == {"Bob", "Carol", "Dave", "Eve"}
+    assert host.recoverable({"block": {"value": "\na:k is Carol"}}, "a:k") == {"Carol"}
+    recovered = host.recover(observation, ["a:k"], JUDGE, None)
+    assert recovered == host.beliefs({"block": {"value": "\na:k is Carol"}}, ["a:k"])

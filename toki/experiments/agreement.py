@@ -575,7 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if f"{name} (real)" in present:
                     ready.append((model, name))
                 else:
-                    missing.append(f"{name}: no real row in {args.folder / 'matrix.csv'}")
+                    missing.append(f"{name}: no real row in matrix.csv")
         write_agreement(args.folder, config, ready, budget=args.real_budget, missing=missing)
     except (TokiError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

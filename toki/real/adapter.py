@@ -111,7 +111,7 @@ class RealSystem:
     simplified: tuple[str, ...] = ()
     crashes: str = "an agent abandoned between two gate points, the library's state as left"
     venv: str | None = None  # the environment it shares (by name); None: its own
-    exhaustible: bool = True  # False: DPOR can never finish (async sibling order fixed)
+    exhaustible: bool = True  # False: the matrix samples (DPOR cannot finish, or not in budget)
 
     @property
     def env_name(self) -> str:

@@ -432,18 +432,23 @@ SYSTEMS["letta-0.16.8"] = RealSystem(
     adapter="letta",
     host=LettaHost(),
     lock="letta-0.16.8.txt",  # telemetry (Datadog, OTEL) is off unless configured
-    model=None,  # no matrix row yet: the model row stays model-only (issue #33)
+    model="letta",
+    # the matrix samples straight away: DPOR does not finish within the real budget (60
+    # schedules of `manager`, about 85 gate points each, left it unexhausted; docs/real.md)
+    exhaustible=False,
     intercepted=(
-        "SQL: every statement of Letta's engine on block, blocks_agents, agents, messages "
-        "(select reads its tables, update / insert / delete writes its target); statements "
-        "after a transaction's first write run inside that point",
+        "SQL: every statement of Letta's engine on block, messages, agents and "
+        "provider_traces (select reads its tables, update / insert / delete writes its "
+        "target); statements after a transaction's first write run inside that point",
         "LLM: the tool call of a step (core_memory_append / core_memory_replace / none)",
         "uuid4 in Letta's id generator (one stream per agent)",
     ),
     simplified=(
-        "a step is Letta's tool path without its agent loop: load the agent state, the LLM "
-        "gate point answers the tool call, LettaCoreToolExecutor runs it (the messages of "
-        "the step, and its provider trace, are not persisted)",
+        "a step is LettaAgentV3's persistence without its loop: load the agent state, the "
+        "LLM gate point answers the tool call, the provider trace is written, "
+        "LettaCoreToolExecutor runs the tool, the input message, tool call and tool return "
+        "are persisted (create_many_messages_async) and the agent's in-context ids updated "
+        "(update_message_ids_async); no run or step rows, one LLM call per step",
         "the schema is create_all plus the message sequence, not Letta's migrations",
     ),
 )

@@ -5,8 +5,15 @@ as the model (`toki.systems.letta`) decides, with the same question text: no lin
 -> `core_memory_append` of "<key> is <value>"; a line with the same value -> no tool call;
 otherwise the judge picks keep / replace ("letta agent: <key>: block says ..., user says
 ...") and replace is `core_memory_replace` of the first line of the key. Readers are served
-the block's lines (two lines of one key contradict). Letta keeps no history of a block's
-values, so the recoverable values are the block's; recovery is the block row itself.
+the block's lines (two lines of one key contradict).
+
+Letta keeps no history of a block's values, but each step persists its messages (the tool
+call with its arguments, the tool's return with its status) and a provider trace (the
+system prompt as compiled, the block as loaded), as the model row (`toki.systems.letta`)
+counts them: the recoverable values are the block's, the tool arguments' and the traced
+blocks'. Letta has no recovery of its own; the one the model row names is the application's:
+re-apply the successful tool calls in message order to the empty block, with the core
+executor's string semantics (`replay_tools`).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from toki.real.gate import GatePoint
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import belief_entry
 
-__all__ = ["LettaHost", "block_lines"]
+__all__ = ["LettaHost", "block_lines", "replay_tools"]
 
 
 def block_lines(value: Any) -> list[tuple[str, str]]:
@@ -31,6 +38,31 @@ def block_lines(value: Any) -> list[tuple[str, str]]:
         if sep:
             out.append((key.strip(), val.strip()))
     return out
+
+
+def _tool_values(call: Mapping[str, Any]) -> list[tuple[str, str]]:
+    args = call.get("args") or {}
+    texts = [args.get(k) for k in ("content", "old_content", "new_content")]
+    return [kv for t in texts if t for kv in block_lines(t)]
+
+
+def replay_tools(calls: Sequence[Mapping[str, Any]], initial: str = "") -> str:
+    """The block rebuilt from the recorded tool calls, in order, as LettaCoreToolExecutor
+    applies them: append is `value + "\\n" + content`; replace is `str.replace` when the old
+    content is in the value (else the tool fails and the block stays). Calls whose recorded
+    return is not "success" (a refused update) changed nothing and are skipped."""
+    value = initial
+    for call in calls:
+        args = call.get("args") or {}
+        if call.get("status") != "success":
+            continue
+        if call.get("name") == "core_memory_append":
+            value = value + "\n" + str(args.get("content"))
+        elif call.get("name") == "core_memory_replace":
+            old, new = str(args.get("old_content")), str(args.get("new_content"))
+            if old in value:
+                value = value.replace(old, new)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +103,18 @@ class LettaHost:
     def recover(
         self, observation: Mapping[str, Any], keys: Sequence[str], judge: Picker, recovered: Any
     ) -> Beliefs:
-        """No record of edits to replay: the block row is what survives a restart."""
-        return self.beliefs(observation, keys)
+        """The model row's recovery on the real record: the tool calls re-applied (no judge)."""
+        rebuilt = replay_tools(observation.get("tool_calls") or [])
+        return self.beliefs({"block": {"value": rebuilt}}, keys)
 
     def recoverable(self, observation: Mapping[str, Any], key: str) -> set[str]:
-        return set(self._values(observation).get(key, []))
+        """The block, the tool calls' arguments, the blocks the provider traces hold."""
+        out = set(self._values(observation).get(key, []))
+        for call in observation.get("tool_calls") or []:
+            out.update(v for k, v in _tool_values(call) if k == key)
+        for prompt in observation.get("trace_prompts") or []:
+            out.update(v for k, v in block_lines(prompt) if k == key)
+        return out
 
     def recorded(self, observation: Mapping[str, Any], claim: SimClaim) -> bool:
         return claim.value in self.recoverable(observation, claim.key)

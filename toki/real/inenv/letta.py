@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import importlib.metadata
+import json
 import os
 import re
 import tempfile
@@ -42,7 +43,7 @@ from .controller import Controller
 
 __all__ = ["Adapter"]
 
-GATED = frozenset({"block", "messages"})  # what the agents write (checked: others raise)
+GATED = frozenset({"block", "messages", "agents", "provider_traces"})  # what steps write
 LABEL = "shared"
 _TABLES = re.compile(r'\b(?:FROM|JOIN|UPDATE|INTO)\s+"?(\w+)"?', re.I)
 _WRITE = re.compile(r'^\s*(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+"?(\w+)"?', re.I)
@@ -112,6 +113,11 @@ class Adapter:
             )
             return
         touched = sorted(tables & GATED)
+        if touched == ["agents"]:
+            # the agent row's relationship loads, which Letta gathers over one session: they
+            # reach the database in I/O order, so as gate points they made the same schedule
+            # differ between worker processes; the row's writes (in-context ids) stay gated
+            return
         if touched:
             reads = [("table", t) for t in touched]
             self.controller.gate("sql", "sql.select", {"tables": touched}, reads)
@@ -173,20 +179,101 @@ class Adapter:
         for n, claim in enumerate(inbox):
             self.controller.begin_claim(n)
             try:
-                state = await s.agent_manager.get_agent_by_id_async(
-                    self.agents[agent], actor=self.user
-                )
-                seen = str(state.memory.get_block(LABEL).value)
-                call = self.controller.gate("llm", "llm.tool", {"claim": claim, "block": seen})
-                if not call:
-                    out.append("no tool call")
-                    continue
-                name, args = str(call["name"]), dict(call["args"])
-                await getattr(executor, name)(state, self.user, label=LABEL, **args)
-                out.append(name)
+                out.append(await self._step(executor, self.agents[agent], claim))
             except Exception as exc:  # an application logs a failed step and goes on
                 out.append(f"error: {type(exc).__name__}: {exc}")
         return out
+
+    async def _step(self, executor: Any, aid: str, claim: dict[str, Any]) -> str:
+        """One step as LettaAgentV3._step persists it: the provider trace of the LLM call
+        (`request_async_with_telemetry`), the tool run by the core executor, then the input
+        message, the tool call and its return (`create_many_messages_async`) and the agent's
+        in-context ids (`update_message_ids_async`), as `_checkpoint_messages` does."""
+        from letta.constants import FUNCTION_RETURN_CHAR_LIMIT
+        from letta.schemas.letta_message_content import TextContent
+        from letta.schemas.message import MessageCreate
+        from letta.server.rest_api.utils import (
+            create_input_messages,
+            create_letta_messages_from_llm_response,
+            create_parallel_tool_messages_from_llm_response,
+        )
+        from letta.utils import validate_function_response
+
+        s = self.letta
+        state = await s.agent_manager.get_agent_by_id_async(aid, actor=self.user)
+        seen = str(state.memory.get_block(LABEL).value)
+        call = self.controller.gate("llm", "llm.tool", {"claim": claim, "block": seen})
+        text = f"{claim['key']} is {claim['value']}"
+        await self._trace(state, text, call)
+        tz, model = state.timezone, state.llm_config.model
+        inputs = await create_input_messages(
+            [MessageCreate(role="user", content=text)], aid, tz, None, self.user
+        )
+        if not call:
+            outcome = "no tool call"
+            new = create_letta_messages_from_llm_response(
+                agent_id=aid,
+                model=model,
+                function_name=None,
+                function_arguments=None,
+                tool_execution_result=None,
+                tool_call_id=None,
+                function_response=None,
+                timezone=tz,
+                reasoning_content=[TextContent(text=f"{text}: already in memory")],
+                force_set_request_heartbeat=False,
+                add_heartbeat_on_continue=False,
+            )
+        else:
+            name, args = str(call["name"]), {"label": LABEL, **dict(call["args"])}
+            result = await executor.execute(name, args, None, self.user, agent_state=state)
+            outcome = name if result.status == "success" else f"error: {result.stderr[0]}"
+            spec = {"name": name, "arguments": args, "id": f"call_{stubs.uuid4().hex[:24]}"}
+            new = create_parallel_tool_messages_from_llm_response(
+                agent_id=aid,
+                model=model,
+                tool_call_specs=[spec],
+                tool_execution_results=[result],
+                function_responses=[
+                    validate_function_response(result.func_return, FUNCTION_RETURN_CHAR_LIMIT)
+                ],
+                timezone=tz,
+            )
+        messages = [*inputs, *new]
+        await s.message_manager.create_many_messages_async(
+            messages,
+            actor=self.user,
+            project_id=state.project_id,
+            template_id=state.template_id,
+        )
+        await s.agent_manager.update_message_ids_async(
+            agent_id=aid,
+            message_ids=[*state.message_ids, *(m.id for m in messages)],
+            actor=self.user,
+        )
+        return outcome
+
+    async def _trace(self, state: Any, text: str, call: Any) -> None:
+        """The provider trace the LLM client's telemetry writes after the call (request:
+        the compiled system prompt, which holds the block as loaded; response: the call)."""
+        from letta.schemas.provider_trace import ProviderTrace
+        from letta.services.telemetry_manager import TelemetryManager
+
+        system = state.memory.compile()
+        request = {
+            "model": "stub",
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": text},
+            ],
+        }
+        response = {"tool_call": call} if call else {"content": f"{text}: already in memory"}
+        await TelemetryManager().create_provider_trace_async(
+            actor=self.user,
+            provider_trace=ProviderTrace(
+                request_json=request, response_json=response, agent_id=state.id
+            ),
+        )
 
     def _block(self) -> dict[str, Any]:
         with self.sync.connect() as conn:
@@ -205,8 +292,52 @@ class Adapter:
     def snapshot(self) -> dict[str, Any]:
         return {"block": self._block()}
 
+    def _record(self) -> dict[str, Any]:
+        """What the steps persisted, from Letta's tables: each step's messages in
+        `sequence_id` order (tool calls with their arguments, tool returns with their
+        status) and the provider traces' requests (the system prompt as compiled)."""
+        with self.sync.connect() as conn:
+            rows = conn.execute(
+                self.text(
+                    "select agent_id, role, tool_calls, tool_returns from messages "
+                    "where role in ('assistant', 'tool') and agent_id = any(:ids) "
+                    "order by sequence_id"
+                ),
+                {"ids": self.agents},
+            ).all()
+            traces = conn.execute(
+                self.text(
+                    "select agent_id, request_json from provider_traces where agent_id = any(:ids)"
+                ),
+                {"ids": self.agents},
+            ).all()
+        calls, status = [], {}
+        for aid, role, tool_calls, tool_returns in rows:
+            if role == "assistant":
+                for c in tool_calls or []:
+                    fn = c.get("function") or {}
+                    calls.append(
+                        {
+                            "agent": self.agents.index(aid),
+                            "id": c.get("id"),
+                            "name": fn.get("name"),
+                            "args": json.loads(fn.get("arguments") or "{}"),
+                        }
+                    )
+            for r in tool_returns or []:
+                status[r.get("tool_call_id")] = r.get("status")
+        for c in calls:
+            c["status"] = status.get(c["id"])
+        prompts = sorted(
+            json.dumps([self.agents.index(aid), m.get("content")])
+            for aid, req in traces
+            for m in (req or {}).get("messages", [])
+            if m.get("role") == "system"
+        )
+        return {"tool_calls": calls, "trace_prompts": [json.loads(p)[1] for p in prompts]}
+
     def observe(self) -> dict[str, Any]:
-        """The block through Letta's API (each agent's view) and its row."""
+        """The block through Letta's API (each agent's view) and its row; the steps' record."""
 
         async def views() -> list[str]:
             out = []
@@ -215,7 +346,7 @@ class Adapter:
                 out.append(str(state.memory.get_block(LABEL).value))
             return out
 
-        return {"block": self._block(), "agents_see": asyncio.run(views())}
+        return {"block": self._block(), "agents_see": asyncio.run(views()), **self._record()}
 
     def recover(self, config: dict[str, Any]) -> Any:
         return None  # no log of edits: the block row is what survives
