@@ -463,7 +463,7 @@ def render_agreement(
         )
     lines.append("")
     if missing:
-        lines += ["Real rows missing (no environment):", ""]
+        lines += ["Real rows missing (not in matrix.csv: no environment, or not run):", ""]
         lines += [f"- {m}" for m in missing]
         lines.append("")
     lines += [

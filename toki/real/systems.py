@@ -439,7 +439,8 @@ SYSTEMS["letta-0.16.8"] = RealSystem(
     intercepted=(
         "SQL: every statement of Letta's engine on block, messages, agents and "
         "provider_traces (select reads its tables, update / insert / delete writes its "
-        "target); statements after a transaction's first write run inside that point",
+        "target), except selects of agents alone (relationship loads Letta gathers in I/O "
+        "order); statements after a transaction's first write run inside that point",
         "LLM: the tool call of a step (core_memory_append / core_memory_replace / none)",
         "uuid4 in Letta's id generator (one stream per agent)",
     ),
