@@ -43,6 +43,7 @@ SOURCES = {
     "consumption": "python -m benchmarks.bench_consumption",
     "write_cost": "python -m benchmarks.bench_write_cost",
     "open": "python -m benchmarks.bench_open",
+    "scale": "python -m benchmarks.bench_scale",
 }
 
 ANCHOR_ELLE = "Jepsen Elle: ~100k-op histories in ~55-73 s on a 24-core Xeon (VLDB 2020, Fig. 4)"
@@ -435,6 +436,22 @@ def _rows_write_cost(d: dict[str, Any] | None) -> list[Row]:
     return out
 
 
+def _rows_scale(d: dict[str, Any] | None) -> list[Row]:
+    """The growth table: open, write, replay and check from 10^3 to 10^6 (issue #37)."""
+    if d is None:
+        return [Row("growth", "open, write, replay, check 10^3..10^6", missing("scale"),
+                    "exponent <= 1.1", "—")]
+    out = []
+    for r in d["rows"]:
+        per = " (per write; the whole job's exponent is 1 more)" if r.get("per_write") else ""
+        out.append(Row(
+            "growth", f"{r['job']}{per}: seconds at n = "
+            + ", ".join(fmt(n) for n in r["n"]) + f"; fitted exponent [{r['source']}]",
+            ", ".join(fmt(x) for x in r["seconds"]) + f"; {r['exponent']:+.2f}",
+            f"job <= {d['target']}" + ("" if r["meets_target"] else " (not met)"), "—"))
+    return out
+
+
 def rows(results: dict[str, dict[str, Any] | None]) -> list[Row]:
     special = {"core": _rows_core, "algebra": _rows_algebra, "backends": _rows_backends,
                "sim": _rows_sim, "check": _rows_check, "proofs": _rows_proofs,
@@ -442,7 +459,7 @@ def rows(results: dict[str, dict[str, Any] | None]) -> list[Row]:
                "growth": _rows_growth,
                "writers": _rows_writers, "integrity": _rows_integrity,
                "consumption": _rows_consumption, "write_cost": _rows_write_cost,
-               "open": _rows_open}
+               "open": _rows_open, "scale": _rows_scale}
     out: list[Row] = []
     for name, data in results.items():
         fn = special.get(name)

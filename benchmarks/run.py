@@ -23,6 +23,7 @@ SCRIPTS = [
     "benchmarks.bench_show",
     "benchmarks.bench_write_cost",
     "benchmarks.bench_open",
+    "benchmarks.bench_scale",  # after bench_open and bench_history: it reads their results
 ]
 
 
