@@ -245,10 +245,11 @@ class Adapter:
         engine.get_tokenizer = lambda self: WordTokenizer()
 
     def _wrap_methods(self, cls: Any, family: str, footprint: Any) -> None:
-        """Gate every public coroutine method of `cls` at its outermost call."""
+        """Gate every public coroutine method of `cls` at its outermost call (but `compact`,
+        which is skipped: see `_patch_vector`)."""
         ctl, adapter = self.controller, self
         for name, fn in list(vars(cls).items()):
-            if name.startswith("_") or not inspect.iscoroutinefunction(fn):
+            if name.startswith("_") or name == "compact" or not inspect.iscoroutinefunction(fn):
                 continue
 
             def wrap(fn: Any, name: str) -> Any:
@@ -324,8 +325,9 @@ class Adapter:
         LanceDBAdapter.__init__ = __init__
         # the compaction pass after each cognify rewrites LanceDB's fragments in a thread
         # no gate point covers (a run hung there: agent 1 waiting, agent 0 parked inside
-        # `compact`); it changes no content, so it takes cognee's own skip path (as for
-        # remote stores)
+        # `compact`, and again with agent 0 parked at its entry while it held the vector
+        # engine's lease); it changes no content, so it takes cognee's own skip path (as
+        # for remote stores) and is no gate point
         LanceDBAdapter._compaction_skip_reason = lambda this: "off under toki's scheduler"
 
     def _patch_module_globals(self) -> None:
