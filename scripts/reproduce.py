@@ -121,6 +121,9 @@ def parts(bench: bool) -> list[Part]:
              [toki_cmd("locomo", "provenance", "--out",
                        "notebooks/results/locomo_provenance.json")]),
     ]
+    # the long real explorations issue targets name (50 schedules of Letta, Cognee, ...)
+    out.append(Part("heavy-tests", "nothing written: pytest -m heavy must pass",
+                    [["env", "TOKI_HEAVY=1", py, "-m", "pytest", "-q", "-m", "heavy"]]))
     if bench:
         out.append(Part("bench", "benchmarks/results/*.json", [[py, "-m", "benchmarks.run"]]))
     out += [

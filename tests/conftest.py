@@ -106,3 +106,16 @@ def pg_store(pg_dsn: str) -> Iterator[Callable[..., Any]]:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         for schema in schemas:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`heavy` tests (the long real explorations an issue's target names: 50 schedules of a
+    library whose schedule takes seconds) run with TOKI_HEAVY=1, as `make reproduce` does;
+    `make test` and CI skip them, saying how to run them."""
+    if os.environ.get("TOKI_HEAVY") == "1":
+        return
+    skip = pytest.mark.skip(reason="heavy: run with TOKI_HEAVY=1 pytest -m heavy "
+                            "(make reproduce runs them)")
+    for item in items:
+        if "heavy" in item.keywords:
+            item.add_marker(skip)

@@ -69,3 +69,8 @@ def langchain() -> Iterator[Session]:
 @pytest.fixture(scope="module")
 def letta() -> Iterator[Session]:
     yield from session_for("letta-0.16.8")
+
+
+@pytest.fixture(scope="module")
+def cognee() -> Iterator[Session]:
+    yield from session_for("cognee-1.6.5")

@@ -131,6 +131,7 @@ def test_dpor_runs_are_deterministic_within_one_worker(letta: Session) -> None:
     assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
 
 
+@pytest.mark.heavy
 @pytest.mark.real
 @pytest.mark.slow
 def test_cli_explores_fifty_schedules_with_no_network(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -1,9 +1,9 @@
-"""Large locked environments of issue #33: Cognee (no adapter yet) and Letta (an adapter,
-tests/real/test_letta.py).
+"""Large locked environments of issue #33: Letta (tests/real/test_letta.py) and Cognee
+(tests/real/test_cognee.py), both driven by adapters.
 
 `toki real setup letta|cognee` must make their environment from the lock file; `setup all`
-(what CI runs) makes Letta's, the environment of a system an adapter drives, and leaves
-Cognee's out until an adapter uses it."""
+(what CI runs) makes both, as it makes every system an adapter drives; a library that only
+installs (an `ENVIRONMENTS` entry, none today) would be left out."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ from toki.real.systems import ENVIRONMENTS, SYSTEMS, setup_name
 pytestmark = pytest.mark.real
 
 
-@pytest.mark.parametrize("name", sorted(ENVIRONMENTS))
+@pytest.mark.parametrize("name", ["cognee-1.6.5", "letta-0.16.8", *sorted(ENVIRONMENTS)])
 def test_each_lock_pins_every_package_and_the_library(name: str) -> None:
-    library = ENVIRONMENTS[name]
+    library = ENVIRONMENTS[name] if name in ENVIRONMENTS else SYSTEMS[name]
+    assert library.lock is not None
     lines = [
         ln
         for ln in envs.lock_file(library.lock).read_text().splitlines()
@@ -35,7 +36,7 @@ def test_each_lock_pins_every_package_and_the_library(name: str) -> None:
     names = [ln.split("==")[0].lower() for ln in lines]
     assert len(names) == len(set(names)), "a package pinned twice"
     assert f"{library.library}=={library.version}" in lines
-    assert name not in SYSTEMS, "a locked library with an adapter belongs in SYSTEMS only"
+    assert not (name in SYSTEMS and name in ENVIRONMENTS), "an adapter's library is a system"
 
 
 def test_setup_names_the_library_or_the_system() -> None:
@@ -57,7 +58,7 @@ def test_setup_all_leaves_out_libraries_without_an_adapter(
     monkeypatch.setattr(systems, "setup_system", fake)
     assert main(["setup", "all", "--json"]) == 0
     assert asked and not set(asked) & set(ENVIRONMENTS)
-    assert "letta-0.16.8" in asked
+    assert "letta-0.16.8" in asked and "cognee-1.6.5" in asked
     asked.clear()
     assert main(["setup", "letta", "--json"]) == 0
     assert asked == ["letta-0.16.8"]

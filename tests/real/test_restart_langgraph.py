@@ -236,6 +236,7 @@ def _explore(
     return runs, found, both, states
 
 
+@pytest.mark.heavy
 @pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.postgres
@@ -250,6 +251,7 @@ def test_dpor_exhausts_one_task_choice_and_one_death(langgraph: Session) -> None
     assert sampled <= dpor
 
 
+@pytest.mark.heavy
 @pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.postgres

@@ -271,8 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("setup", help="create a system's environment from its lock file")
     st.add_argument(
         "system",
-        help="a system name, a locked library (cognee), or 'all' (every system with an "
-        "adapter and a lock file, except letta's 1.1 GB environment)",
+        help="a system name, or 'all' (every system with an adapter and a lock file)",
     )
     st.add_argument("--force", action="store_true", help="recreate even if cached")
     st.add_argument("--json", action="store_true", help="machine-readable output")

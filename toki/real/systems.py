@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from toki.errors import InvalidInput
 from toki.real.adapter import RealSystem
+from toki.real.adapters.cognee import CogneeHost
 from toki.real.adapters.graphiti import GraphitiHost
 from toki.real.adapters.langchain import LangGraphStoreHost, LangMemHost
 from toki.real.adapters.langgraph_ckpt import LangGraphCheckpointHost
@@ -454,6 +455,41 @@ SYSTEMS["letta-0.16.8"] = RealSystem(
     ),
 )
 
+SYSTEMS["cognee-1.6.5"] = RealSystem(
+    name="cognee-1.6.5",
+    title="Cognee 1.6.5: add + cognify on its local stores (SQLite, Ladybug graph, LanceDB)",
+    library="cognee",
+    version="1.6.5",
+    module="cognee",
+    adapter="cognee",
+    host=CogneeHost(),
+    lock="cognee-1.6.5.txt",
+    # no usage telemetry; single-user (its default is multi-tenant with authentication)
+    env={"TELEMETRY_DISABLED": "1", "ENABLE_BACKEND_ACCESS_CONTROL": "false"},
+    # no matrix row yet: a 50-schedule run still stops with GateTimeout and two explorations
+    # in one worker differ (docs/real.md); a row needs runs that finish and replay
+    model=None,
+    intercepted=(
+        "LLM: LLMGateway.acreate_structured_output (the KnowledgeGraph extraction, the "
+        "chunk summary): an LLM gate point, answered in process",
+        "embeddings: OpenAICompatibleEmbeddingEngine.embed_text (a gate point, no footprint)",
+        "graph: every public coroutine of the Ladybug adapter, at its outermost call",
+        "vector: every public coroutine of the LanceDB adapter, at its outermost call",
+        "SQLite: every SELECT outside a write transaction; a write transaction (first write "
+        "to commit or rollback) as a lock the scheduler models",
+        "uuid4 in cognee's modules (one stream per agent); datetime in cognee's modules "
+        "(toki's clock, not a gate point)",
+    ),
+    simplified=(
+        "graph extraction is exact: one edge '<subject> -<predicate>-> <value>' per claim "
+        "(the model's); the chunk summary is the chunk's text",
+        "embeddings are feature-hashed words (64 dims), counted by a word tokenizer",
+        "each agent runs its calls in an event loop of its own (asyncio.run per agent)",
+        "cognify as released (1.6.5): no functional_relationships, which the model row "
+        "describes (removed before 1.6.5 in favour of improve(review_conflicts=True))",
+    ),
+)
+
 ALIASES = {
     "mem0-2.x": "mem0-2.2.1",
     "mem0-1.x": "mem0-1.0.11",
@@ -461,6 +497,7 @@ ALIASES = {
     "graphiti": "graphiti-0.31.2",
     "langmem": "langmem-0.0.30",
     "letta": "letta-0.16.8",
+    "cognee": "cognee-1.6.5",
 }
 
 
@@ -495,18 +532,7 @@ class LockedLibrary:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-ENVIRONMENTS: dict[str, LockedLibrary] = {
-    "cognee-1.6.5": LockedLibrary(
-        name="cognee-1.6.5",
-        library="cognee",
-        version="1.6.5",
-        module="cognee",
-        lock="cognee-1.6.5.txt",
-        # no usage telemetry; single-user (its default is multi-tenant with authentication)
-        env={"TELEMETRY_DISABLED": "1", "ENABLE_BACKEND_ACCESS_CONTROL": "false"},
-    ),
-}
-ALIASES["cognee"] = "cognee-1.6.5"
+ENVIRONMENTS: dict[str, LockedLibrary] = {}
 
 
 def _check_import(system: RealSystem | LockedLibrary) -> Callable[[str], None]:
