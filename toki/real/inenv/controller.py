@@ -278,6 +278,8 @@ class Controller:
         """The calling unit: a thread of a synchronous agent by its thread (a pool that runs
         functions in a context copied at submission, as langchain's, carries the submitter's
         `_TASK`), else the context's (asyncio tasks share their loop's thread)."""
+        if CURRENT.get() in self._async:  # an async agent's threads carry their task's context
+            return _TASK.get()
         return self._thread_units.get(threading.get_ident(), _TASK.get())
 
     def begin_claim(self, index: int) -> None:
@@ -312,6 +314,8 @@ class Controller:
                 return
             except BaseException as exc:  # the library raised out of the agent's call
                 result = {"state": "done", "outcome": {"error": f"{type(exc).__name__}: {exc}"}}
+            finally:  # a later thread may get this ident: it must not inherit unit 0
+                self._thread_units.pop(threading.get_ident(), None)
             with self._cond:
                 if generation != self._generation:
                     return
@@ -544,7 +548,8 @@ class Controller:
             waiter.event.wait()
             if waiter.abandon or generation != self._generation:
                 return
-            self._thread_units[threading.get_ident()] = unit
+            ident = threading.get_ident()
+            self._thread_units[ident] = unit
             try:
                 context.run(target)
             except Abandoned:
@@ -554,6 +559,8 @@ class Controller:
                     self.unit_errors.append(
                         {"agent": agent, "task": unit, "error": f"{type(exc).__name__}: {exc}"}
                     )
+            finally:  # a later thread may get this ident: it must not inherit the unit
+                self._thread_units.pop(ident, None)
             with self._cond:
                 if generation != self._generation:
                     return
