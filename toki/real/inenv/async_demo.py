@@ -14,46 +14,16 @@ writes, its write puts back a document without the memory: a lost update inside 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import tempfile
 from typing import Any
 
-from .controller import Controller
+from .demo_doc import DocumentLibrary
 
 __all__ = ["Adapter"]
 
-DOC = [("doc", "*")]
 
-
-class Adapter:
+class Adapter(DocumentLibrary):
     is_async = True
-
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
-        self.root = tempfile.mkdtemp(prefix="toki-real-async-demo-")
-        self.path = ""
-
-    def describe(self) -> dict[str, Any]:
-        return {"library": "toki-async-demo", "version": "1"}
-
-    def open(self, config: dict[str, Any]) -> None:
-        self.path = os.path.join(tempfile.mkdtemp(dir=self.root), "doc.json")
-        self._dump({"memories": {}, "count": 0})
-
-    def _dump(self, doc: dict[str, Any]) -> None:
-        with open(self.path, "w") as f:
-            json.dump(doc, f, sort_keys=True)
-
-    def _read(self) -> dict[str, Any]:
-        self.controller.gate("file", "doc.read", None, DOC, [])
-        with open(self.path) as f:
-            doc: dict[str, Any] = json.load(f)
-        return doc
-
-    def _write(self, doc: dict[str, Any]) -> None:
-        self.controller.gate("file", "doc.write", None, [], DOC)
-        self._dump(doc)
+    name = "toki-async-demo"
 
     async def _store(self, claim: dict[str, Any]) -> None:
         doc = await asyncio.to_thread(self._read)
@@ -75,20 +45,3 @@ class Adapter:
             self.controller.begin_claim(n)
             out.append(await self.add(claim))
         return out
-
-    def snapshot(self) -> dict[str, Any]:
-        with open(self.path) as f:
-            doc: dict[str, Any] = json.load(f)
-        return doc
-
-    def observe(self) -> dict[str, Any]:
-        return self.snapshot()
-
-    def recover(self, config: dict[str, Any]) -> Any:
-        return None
-
-    def on_crash(self, agent: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass  # the worker removes `root` when it closes

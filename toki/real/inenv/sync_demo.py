@@ -14,48 +14,22 @@ write puts back a document without the memory: a lost update inside one call.
 from __future__ import annotations
 
 import concurrent.futures
-import json
-import os
-import tempfile
 from typing import Any
 
 from . import pools
 from .controller import Controller
+from .demo_doc import DocumentLibrary
 
 __all__ = ["Adapter"]
 
-DOC = [("doc", "*")]
 
-
-class Adapter:
+class Adapter(DocumentLibrary):
     units = True
+    name = "toki-sync-demo"
 
     def __init__(self, controller: Controller) -> None:
-        self.controller = controller
+        super().__init__(controller)
         pools.install_from_env(controller)
-        self.root = tempfile.mkdtemp(prefix="toki-real-sync-demo-")
-        self.path = ""
-
-    def describe(self) -> dict[str, Any]:
-        return {"library": "toki-sync-demo", "version": "1"}
-
-    def open(self, config: dict[str, Any]) -> None:
-        self.path = os.path.join(tempfile.mkdtemp(dir=self.root), "doc.json")
-        self._dump({"memories": {}, "count": 0})
-
-    def _dump(self, doc: dict[str, Any]) -> None:
-        with open(self.path, "w") as f:
-            json.dump(doc, f, sort_keys=True)
-
-    def _read(self) -> dict[str, Any]:
-        self.controller.gate("file", "doc.read", None, DOC, [])
-        with open(self.path) as f:
-            doc: dict[str, Any] = json.load(f)
-        return doc
-
-    def _write(self, doc: dict[str, Any]) -> None:
-        self.controller.gate("file", "doc.write", None, [], DOC)
-        self._dump(doc)
 
     def _store(self, claim: dict[str, Any]) -> None:
         doc = self._read()
@@ -80,20 +54,3 @@ class Adapter:
             self.controller.begin_claim(n)
             out.append(self.add(claim))
         return out
-
-    def snapshot(self) -> dict[str, Any]:
-        with open(self.path) as f:
-            doc: dict[str, Any] = json.load(f)
-        return doc
-
-    def observe(self) -> dict[str, Any]:
-        return self.snapshot()
-
-    def recover(self, config: dict[str, Any]) -> Any:
-        return None
-
-    def on_crash(self, agent: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass  # the worker removes `root` when it closes
