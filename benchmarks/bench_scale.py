@@ -84,7 +84,7 @@ def write_seconds(n: int) -> dict[str, float]:
         def writes(start: int) -> float:
             t0 = time.perf_counter()
             for i in range(start, start + WRITES):
-                key = FactKey("bench", f"s{(i * 7) % min(KEYS, n)}", "city")
+                key = FactKey("bench", f"s{(i % WRITES) * 7 % min(KEYS, n)}", "city")
                 mem.assert_fact(key, f"city-w{i}", valid_from=BASE + timedelta(days=10**4 + i),
                                 recorded_at=recorded + timedelta(seconds=i), source_id="scale")
             return (time.perf_counter() - t0) / WRITES
