@@ -133,17 +133,19 @@ def _tail_version_drift(cur: psycopg.Cursor[Any], tail: Sequence[Event]) -> dict
     if not first:
         return {}
     cols = [list(c) for c in zip(*((*key_row(k), n) for k, n in first.items()), strict=True)]
-    rows = cur.execute(
-        f"SELECT {_VERSION_COLS} FROM toki_version v WHERE id = ANY(%s) OR EXISTS (SELECT 1 "
+    rows = cur.execute(  # two index reads: the tail's ids (primary key), its keys (gist)
+        f"SELECT {_VERSION_COLS} FROM toki_version WHERE id = ANY(%s) UNION "
+        f"SELECT {_VERSION_COLS} "
         "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[]) "
-        "AS k(a, b, c, d, e, n) WHERE v.tenant = k.a AND v.subject = k.b AND "
-        "v.scope_kind = k.c AND v.scope_key = k.d AND v.fact_key = k.e AND v.key_seq >= k.n)",
+        "AS k(a, b, c, d, e, n) JOIN toki_version ON tenant = k.a AND subject = k.b "
+        "AND scope_kind = k.c AND scope_key = k.d AND fact_key = k.e AND key_seq >= k.n",
         (vids, *cols),
     ).fetchall()
 
+    firsts = {key_row(k): n for k, n in first.items()}
+
     def in_tail(row: Row) -> bool:
-        key = FactKey(row[1], row[2], row[5], row[3], row[4])
-        return row[14] is not None and row[14] >= first.get(key, row[14] + 1)
+        return row[14] is not None and row[14] >= firsts.get(tuple(row[1:6]), row[14] + 1)
 
     older = {r[0] for r in rows if not in_tail(r)}  # asserted first before the tail
     events = [e for e in tail if not (e.version_ids and e.version_ids[0] in older)]
