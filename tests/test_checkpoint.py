@@ -202,16 +202,21 @@ def _checkpoint_open_equals_full_replay(w: Where, script: str, script_seed: int,
     opened.close()
 
 
-def test_a_crash_between_tail_events_and_the_checkpoint(where: Callable[[], Where]) -> None:
+def test_a_crash_between_tail_events_and_the_checkpoint(
+    where: Callable[[], Where], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Writes commit their events; the checkpoint only moves when one is due, so a process
-    that dies leaves a tail that the next open folds (and may then write a new one)."""
+    that dies leaves a tail that the next open folds (and may then write a new one).
+    MIN_TAIL 200 instead of 1,000: the same law, a fifth of the writes."""
+    monkeypatch.setattr(checkpoint_module, "MIN_TAIL", 200)
     url = where().url
     mem = Memory.open(url, clock=lambda: day(400))
-    for i in range(1_300):
-        mem.assert_fact(KEYS[i % 2], f"v{i % 7}", valid_from=day(i), source_id=f"s{i}")
+    keys = [FactKey("t", f"u{j}", "city") for j in range(20)]  # short per-key partitions
+    for i in range(330):
+        mem.assert_fact(keys[i % 20], f"v{i % 7}", valid_from=day(i), source_id=f"s{i}")
     assert mem._checkpoint is not None
     at, tail = mem._checkpoint.seq, mem.watermark - mem._checkpoint.seq
-    assert at >= 1_000 and 0 < tail < 1_000
+    assert at >= 400 and 0 < tail < 200
     expected = mem.state_hash()
     mem._store.close()  # killed: no close(), so no checkpoint at the head
     again = Memory.open(url)
@@ -434,13 +439,14 @@ def _pg(pg_dsn: str, pg_store: Callable[..., Any]) -> Where:
 
 
 def test_two_concurrent_writers_each_write_a_valid_record(
-    pg_dsn: str, pg_store: Callable[..., Any]
+    pg_dsn: str, pg_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two Memories write different keys at once; both reach a due checkpoint and write
     it (the last one wins); every record written names a sequenced seq and its head, and
     the store then opens from the record to the state a full replay gives."""
     from toki.checkpoint import Checkpoint
 
+    monkeypatch.setattr(checkpoint_module, "MIN_TAIL", 200)  # the same law, fewer writes
     w = _pg(pg_dsn, pg_store)
     mems = [Memory.open(w.url, clock=lambda: day(400)) for _ in range(2)]
     saved: list[str] = []
@@ -455,7 +461,7 @@ def test_two_concurrent_writers_each_write_a_valid_record(
         store.save_checkpoint = spy
 
     def writes(mem: Memory, key: FactKey, tag: str) -> None:
-        for i in range(300):
+        for i in range(100):
             mem.assert_fact(key, f"{tag}{i % 7}", valid_from=day(i), source_id=f"{tag}{i}")
 
     threads = [
@@ -480,7 +486,7 @@ def test_two_concurrent_writers_each_write_a_valid_record(
 
 
 def test_a_checkpoint_never_covers_unsequenced_events(
-    pg_dsn: str, pg_store: Callable[..., Any]
+    pg_dsn: str, pg_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A writer that committed but was not sequenced leaves a pending event: an open that
     cannot see it sequenced does not open from the record (it replays the sequenced log,
@@ -492,10 +498,11 @@ def test_a_checkpoint_never_covers_unsequenced_events(
         def sequence(self) -> int:
             return 0
 
+    monkeypatch.setattr(checkpoint_module, "MIN_TAIL", 200)  # the same law, fewer writes
     w = _pg(pg_dsn, pg_store)
     schema = w.raw().schema
     mem = Memory.open(w.url, clock=lambda: day(400))
-    for i in range(600):
+    for i in range(120):
         mem.assert_fact(KEYS[i % 2], f"v{i % 7}", valid_from=day(i), source_id=f"s{i}")
     assert mem._checkpoint is not None
     mem.close()
