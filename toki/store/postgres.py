@@ -552,8 +552,8 @@ class PostgresStore:
 
     def load_checkpoint(self) -> tuple[str, str | None] | None:
         """The checkpoint record and the digest stored beside it; None if there is none."""
-        with self._lock, self._errors():
-            return pg_checkpoint.load_record(self._live().cursor())
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.load_record(cur)
 
     def save_checkpoint(self, text: str, text_digest: str) -> None:
         """Store the record (Memory.checkpoint holds the write lock); refused if its seq is
@@ -591,24 +591,24 @@ class PostgresStore:
             return pg_checkpoint.key_events(cur, self.url, key, upto)
 
     def has_event(self, event_id: str, upto: int) -> bool:
-        with self._lock, self._errors():
-            return pg_checkpoint.has_event(self._live().cursor(), event_id, upto)
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.has_event(cur, event_id, upto)
 
     def event_ids(self, upto: int) -> list[str]:
-        with self._lock, self._errors():
-            return pg_checkpoint.event_ids(self._live().cursor(), upto)
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.event_ids(cur, upto)
 
     def version_keys(self, upto: int) -> dict[str, FactKey]:
-        with self._lock, self._errors():
-            return pg_checkpoint.version_keys(self._live().cursor(), upto)
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.version_keys(cur, upto)
 
     def decision_events(self, upto: int) -> list[Event]:
-        with self._lock, self._errors():
-            return pg_checkpoint.decision_events(self._live().cursor(), self.url, upto)
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.decision_events(cur, self.url, upto)
 
     def prefix_events(self, upto: int) -> list[Event]:
-        with self._lock, self._errors():
-            return pg_checkpoint.prefix_events(self._live().cursor(), self.url, upto)
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.prefix_events(cur, self.url, upto)
 
     # -- the consumption log (named reads; toki/store/pg_consumption.py) ----------------
 
