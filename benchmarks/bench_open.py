@@ -1,5 +1,6 @@
 """Opening a store (issue #37): from a checkpoint against a full replay, and against the
-read floor of sqlite3, on SQLite stores of 10^3 to 10^6 events.
+read floor of sqlite3, on SQLite stores of 10^3 to 10^6 events; with --postgresql the same
+on PostgreSQL stores against psycopg's read floor.
 
 Writes benchmarks/results/open.json. For each size n the store is built by bulk appends (the
 core benchmark's workload: a supersession chain on each of 1,000 keys, streamed, not held in
@@ -20,6 +21,14 @@ exponents are least-squares slopes of log time on log n. Best of `--repeat` open
 
     python -m benchmarks.bench_open            # 10^3 … 10^6 events
     python -m benchmarks.bench_open --quick    # 10^3 … 10^5
+    python -m benchmarks.bench_open --postgresql --max 100000   # PostgreSQL ($TOKI_PG_DSN)
+
+The PostgreSQL part is merged into open.json under "postgresql", the SQLite part kept as it
+is (and the other way round). Its floor is psycopg reading, in one REPEATABLE READ snapshot,
+the rows the open reads: for a full replay every row of toki_event, toki_version,
+toki_current, toki_adjudicated, toki_pending and toki_meta; for a checkpointed open
+toki_meta, the event row at the checkpoint, the tail's event rows, the tail keys' version
+rows, and every toki_current and toki_adjudicated row.
 """
 
 from __future__ import annotations
@@ -109,7 +118,7 @@ def stream_events(n: int, keys: int = KEYS, seed: int = 1) -> Iterator[Event]:
         last[key] = version
 
 
-def _append(store: SQLiteStore, snapshot: Snapshot, events: Iterator[Event], count: int) -> None:
+def _append(store: Any, snapshot: Snapshot, events: Iterator[Event], count: int) -> None:
     """Bulk-append `count` events with the projection rows of the keys they touch."""
     batch: list[Event] = []
     for _ in range(count):
@@ -121,7 +130,7 @@ def _append(store: SQLiteStore, snapshot: Snapshot, events: Iterator[Event], cou
         _commit(store, snapshot, batch)
 
 
-def _commit(store: SQLiteStore, snapshot: Snapshot, batch: list[Event]) -> None:
+def _commit(store: Any, snapshot: Snapshot, batch: list[Event]) -> None:
     with gc_paused():
         snapshot.fold(batch)
         rows = {k: snapshot.keys[k].summary() for k in {e.key for e in batch}}
@@ -225,6 +234,87 @@ def bench_size(n: int, repeat: int) -> dict[str, Any]:
     return out
 
 
+def _pg_floor(dsn: str, schema: str, checkpoint_seq: int | None) -> float:
+    """psycopg reading the rows a PostgreSQL open reads (checkpoint_seq None: a full
+    replay's), in one snapshot, as the store does."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}"'.encode())
+        t0 = time.perf_counter()
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            conn.execute("SELECT * FROM toki_meta").fetchall()
+            conn.execute("SELECT * FROM toki_pending").fetchall()
+            conn.execute("SELECT * FROM toki_current").fetchall()
+            conn.execute("SELECT * FROM toki_adjudicated").fetchall()
+            if checkpoint_seq is None:
+                conn.execute("SELECT * FROM toki_event ORDER BY seq").fetchall()
+                conn.execute("SELECT * FROM toki_version").fetchall()
+            else:
+                conn.execute("SELECT chain FROM toki_event WHERE seq = %s", (checkpoint_seq,))
+                tail = conn.execute(
+                    "SELECT * FROM toki_event WHERE seq > %s ORDER BY seq", (checkpoint_seq,)
+                ).fetchall()
+                ids = [v for row in tail for v in row[9][:1]]
+                conn.execute("SELECT * FROM toki_version WHERE id = ANY(%s)", (ids,)).fetchall()
+        return time.perf_counter() - t0
+
+
+def bench_size_pg(n: int, repeat: int, dsn: str) -> dict[str, Any]:
+    """bench_size on a PostgreSQL store in a fresh schema (dropped afterwards)."""
+    import uuid
+
+    import psycopg
+
+    from toki.store.pg_rows import with_schema
+    from toki.store.postgres import PostgresStore
+
+    out: dict[str, Any] = {"events": n, "keys": min(KEYS, n), "tail": TAIL}
+    schema = f"toki_bench_{uuid.uuid4().hex[:12]}"
+    url = with_schema(dsn, schema)
+    try:
+        store = PostgresStore(dsn, schema=schema)
+        snapshot = Snapshot()
+        events = stream_events(n + TAIL)
+        out["build_s"], _ = _timed(lambda: _append(store, snapshot, events, n))
+        store.close()
+        t_full, mem = _timed(lambda: Memory.open(url))
+        assert mem.open_report is not None and mem.open_report.opened_from == "full replay"
+        mem.close()
+        out["open_full_replay_s"] = t_full
+        out["floor_full_replay_s"] = min(_pg_floor(dsn, schema, None) for _ in range(repeat))
+        mem = Memory.open(url)
+        mem.checkpoint()
+        mem.close()
+        out["open_checkpoint_tail0_s"] = _best(repeat, lambda: _open(url))
+        out["floor_checkpoint_tail0_s"] = min(_pg_floor(dsn, schema, n) for _ in range(repeat))
+        store = PostgresStore(dsn, schema=schema)
+        _append(store, snapshot, events, TAIL)
+        store.close()
+        out["open_checkpoint_s"] = _best(repeat, lambda: _open(url))
+        mem = _open(url)
+        report = mem.open_report
+        assert report is not None and report.opened_from.startswith(f"checkpoint at seq {n} ")
+        out["floor_checkpoint_s"] = min(_pg_floor(dsn, schema, n) for _ in range(repeat))
+        mem = Memory.open(url)
+        key = FactKey("bench", "s0", "city")
+        out["first_current_one_key_s"], _ = _timed(lambda: mem.current(key))
+        out["first_state_hash_all_keys_s"], hashed = _timed(mem.state_hash)
+        mem._store.close()
+        assert hashed == snapshot.state_hash(), "checkpoint open must equal full replay"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
+    for kind in ("checkpoint", "checkpoint_tail0", "full_replay"):
+        open_s, floor_s = out[f"open_{kind}_s"], out[f"floor_{kind}_s"]
+        total = n + (TAIL if kind == "checkpoint" else 0)
+        out[f"{kind}_events_per_s"] = total / open_s
+        out[f"{kind}_ratio_to_floor"] = floor_s / open_s
+    out["speedup_checkpoint_over_full"] = out["open_full_replay_s"] / out["open_checkpoint_s"]
+    return out
+
+
 def serialised_snapshot(n: int) -> dict[str, float]:
     """The design not taken: a pickled Snapshot of n events, loaded back, against replaying
     the same events from memory (docs/integrity.md, "Checkpoints")."""
@@ -245,13 +335,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max", type=int, default=0, help="largest n (default 10^6, quick 10^5)")
+    parser.add_argument("--postgresql", action="store_true", help="PostgreSQL ($TOKI_PG_DSN)")
     args = parser.parse_args(argv)
     top = args.max or (10**5 if args.quick else 10**6)
     sizes = [n for n in (10**3, 10**4, 10**5, 10**6) if n <= top]
-    print(f"open benchmark: SQLite stores of {sizes} events over {KEYS} keys, tail {TAIL}")
+    backend = "PostgreSQL" if args.postgresql else "SQLite"
+    print(f"open benchmark: {backend} stores of {sizes} events over {KEYS} keys, tail {TAIL}")
     results: dict[str, Any] = {"machine": machine_info(), "quick": args.quick, "sizes": []}
+    if args.postgresql:
+        from toki.store.postgres import default_dsn, mask_dsn
+
+        results["server"] = mask_dsn(default_dsn())
     for n in sizes:
-        row = bench_size(n, args.repeat)
+        row = (
+            bench_size_pg(n, args.repeat, default_dsn())
+            if args.postgresql
+            else (bench_size(n, args.repeat))
+        )
         results["sizes"].append(row)
         print(f"  {n}:", json.dumps(row, default=str))
     ns = [r["events"] for r in results["sizes"]]
@@ -272,8 +372,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         {k: round(v, 3) for k, v in results.items() if k.endswith("_growth_exponent")},
     )
     if not args.quick and math.isfinite(top_row["open_checkpoint_s"]):
-        write_results("open", results)
+        _merge(results, args.postgresql)
     return results
+
+
+def _merge(results: dict[str, Any], postgresql: bool) -> None:
+    """Write one backend's part into open.json, keeping the other's as it is."""
+    from benchmarks.common import RESULTS
+
+    path = RESULTS / "open.json"
+    old: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    if postgresql:
+        write_results("open", {**old, "postgresql": results})
+    else:
+        write_results(
+            "open",
+            {**results, **({"postgresql": old["postgresql"]} if "postgresql" in old else {})},
+        )
 
 
 if __name__ == "__main__":

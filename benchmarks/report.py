@@ -359,7 +359,7 @@ def _rows_integrity(d: dict[str, Any] | None) -> list[Row]:
 
 def _rows_open(d: dict[str, Any] | None) -> list[Row]:
     """Opening a SQLite store from a checkpoint against a full replay and sqlite3 reading
-    the same rows (issue #37)."""
+    the same rows (issue #37); PostgreSQL's against psycopg's, where measured."""
     if d is None:
         return [Row("open", "open from a checkpoint, 10^6 events", missing("open"),
                     "<= 3 s; >= 0.5 of sqlite3 reading the same rows", "—")]
@@ -385,6 +385,16 @@ def _rows_open(d: dict[str, Any] | None) -> list[Row]:
         "head / full replay",
         f"{fmt(d['checkpoint_growth_exponent'])} / {fmt(d['checkpoint_tail0_growth_exponent'])}"
         f" / {fmt(d['full_replay_growth_exponent'])}", "<= 1.1", "—"))
+    pg = d.get("postgresql")
+    for r in pg["sizes"] if pg else []:
+        out.append(Row(
+            "open", f"PostgreSQL, {fmt(r['events'])} events over {fmt(r['keys'])} keys: open "
+            f"from a checkpoint with a {fmt(r['tail'])}-event tail / at the head / full replay "
+            "(s); psycopg reading the same rows / open, with the tail / at the head",
+            f"{fmt(r['open_checkpoint_s'])} / {fmt(r['open_checkpoint_tail0_s'])} / "
+            f"{fmt(r['open_full_replay_s'])}; {fmt(r['checkpoint_ratio_to_floor'])} / "
+            f"{fmt(r['checkpoint_tail0_ratio_to_floor'])}", "—",
+            "measured " + pg["machine"]["measured_at"]))
     return out
 
 

@@ -195,7 +195,7 @@ def _m_log(rng: random.Random, refs: Refs) -> Call:
             return Memory.replay(m.events(), at).state_hash()
         if which == "readjudicate":
             return m.readjudicate(op).state_hash()
-        if which == "checkpoint":  # SQLite writes one, memory and PostgreSQL keep none
+        if which == "checkpoint":  # SQLite and PostgreSQL write one, memory keeps none
             made = m.checkpoint()
             return m.state_hash(), made is None or made.seq == m.watermark
         value = getattr(m, which)

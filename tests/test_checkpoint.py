@@ -6,8 +6,11 @@ toki is refused or named, never served."""
 from __future__ import annotations
 
 import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, note, seed, settings
@@ -28,10 +31,59 @@ SEED = 37
 print(f"test_checkpoint: hypothesis seed {SEED}")
 
 
-def _append(path: Path, events: list[Event], upto: int) -> None:
+@dataclass
+class Where:
+    """A store of one backend, and the edits outside toki the tests make to it."""
+
+    kind: str  # "sqlite" | "postgresql"
+    url: str
+    raw: Callable[[], Any]  # a new store object on `url` (not a Memory)
+
+    def sql(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """One statement outside toki (qmark placeholders), committed."""
+        if self.kind == "sqlite":
+            conn = sqlite3.connect(self.url.removeprefix("sqlite:///"))
+            with conn:
+                rows = conn.execute(statement, params).fetchall()
+            conn.close()
+            return rows
+        store = self.raw()
+        try:
+            return store.execute(statement.replace("?", "%s"), params)  # type: ignore[no-any-return]
+        finally:
+            store.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def where(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """factory() -> a fresh, empty store of the backend (PostgreSQL: its own schema)."""
+    if request.param == "sqlite":
+
+        def make_sqlite() -> Where:
+            path = tmp_path_factory.mktemp("ckpt") / "store.db"
+            return Where("sqlite", f"sqlite:///{path}", lambda: SQLiteStore(path))
+
+        return make_sqlite
+    from toki.store.pg_rows import with_schema
+    from toki.store.postgres import PostgresStore
+
+    dsn, schemas = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_store")
+
+    def make_pg() -> Where:
+        schema = schemas().schema  # created now, dropped after the test
+        return Where(
+            "postgresql",
+            with_schema(dsn, schema),
+            lambda: PostgresStore(dsn, schema=schema),
+        )
+
+    return make_pg
+
+
+def _append(w: Where, events: list[Event], upto: int) -> None:
     """Append events[:upto] as a writer would have committed them (rows and projection),
     without touching the checkpoint (a process that died before moving it)."""
-    store = SQLiteStore(path)
+    store = w.raw()
     done = store.last_seq()
     todo = [e for e in events[:upto] if e.seq > done]
     if todo:
@@ -40,14 +92,14 @@ def _append(path: Path, events: list[Event], upto: int) -> None:
     store.close()
 
 
-def _store(path: Path, events: list[Event], cut: int) -> None:
+def _store(w: Where, events: list[Event], cut: int) -> None:
     """A store whose checkpoint is at events[cut - 1] and whose log holds every event."""
-    _append(path, events, cut)
-    with Memory.open(f"sqlite:///{path}") as mem:
+    _append(w, events, cut)
+    with Memory.open(w.url) as mem:
         assert mem.open_report is not None and mem.open_report.opened_from == "full replay"
         made = mem.checkpoint()
         assert made is not None and made.seq == events[cut - 1].seq
-    _append(path, events, len(events))
+    _append(w, events, len(events))
 
 
 def _same(opened: Memory, full: Memory, times: list[datetime]) -> None:
@@ -66,48 +118,82 @@ def _same(opened: Memory, full: Memory, times: list[datetime]) -> None:
 TIMES = [day(0), day(10), day(25), day(45), day(400)]
 
 
-@pytest.mark.slow  # about a minute on the shared 2-core machine
-@seed(SEED)
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(
+CASES = dict(
     script=st.sampled_from(["conflicts", "lifecycle"]),
     script_seed=st.integers(0, 10**6),
-    where=st.floats(0, 1),
+    at=st.floats(0, 1),
     bulk_after=st.sampled_from([0, 1, 64]),
 )
+HEALTH = [HealthCheck.function_scoped_fixture]
+
+
+@pytest.mark.slow  # about a minute on the shared 2-core machine
+@seed(SEED)
+@settings(max_examples=25, deadline=None, suppress_health_check=HEALTH)
+@given(**CASES)
 def test_checkpoint_open_equals_full_replay(
     tmp_path_factory: pytest.TempPathFactory,
     script: str,
     script_seed: int,
-    where: float,
+    at: float,
     bulk_after: int,
 ) -> None:
     """bulk_after: keys built one by one before the rest are built in one pass."""
+    path = tmp_path_factory.mktemp("ckpt") / "store.db"
+    w = Where("sqlite", f"sqlite:///{path}", lambda: SQLiteStore(path))
+    _with_bulk_after(
+        bulk_after, lambda: _checkpoint_open_equals_full_replay(w, script, script_seed, at)
+    )
+
+
+@pytest.mark.slow  # about a minute on the shared 2-core machine
+@seed(SEED)
+@settings(max_examples=8, deadline=None, suppress_health_check=HEALTH)
+@given(**CASES)
+def test_checkpoint_open_equals_full_replay_on_postgresql(
+    pg_dsn: str,
+    pg_store: Callable[..., Any],
+    script: str,
+    script_seed: int,
+    at: float,
+    bulk_after: int,
+) -> None:
+    """The same law on PostgreSQL (fewer examples: each one is a schema on the server)."""
+    from toki.store.pg_rows import with_schema
+    from toki.store.postgres import PostgresStore
+
+    schema = pg_store().schema
+    w = Where(
+        "postgresql", with_schema(pg_dsn, schema), lambda: PostgresStore(pg_dsn, schema=schema)
+    )
+    _with_bulk_after(
+        bulk_after, lambda: _checkpoint_open_equals_full_replay(w, script, script_seed, at)
+    )
+
+
+def _with_bulk_after(bulk_after: int, run: Callable[[], None]) -> None:
     saved, checkpoint_module.BULK_AFTER = checkpoint_module.BULK_AFTER, bulk_after
     try:
-        _checkpoint_open_equals_full_replay(tmp_path_factory, script, script_seed, where)
+        run()
     finally:
         checkpoint_module.BULK_AFTER = saved
 
 
-def _checkpoint_open_equals_full_replay(
-    tmp_path_factory: pytest.TempPathFactory, script: str, script_seed: int, where: float
-) -> None:
+def _checkpoint_open_equals_full_replay(w: Where, script: str, script_seed: int, at: float) -> None:
     built = workload(script_seed, 40) if script == "conflicts" else scripted_memory(script_seed, 40)
     events = list(built.events())
-    cut = max(1, round(where * len(events)))
-    note(f"script {script} seed {script_seed}: {len(events)} events, checkpoint at {cut}")
-    path = tmp_path_factory.mktemp("ckpt") / "store.db"
-    _store(path, events, cut)
+    cut = max(1, round(at * len(events)))
+    note(f"{w.kind}: script {script} seed {script_seed}: {len(events)} events, checkpoint at {cut}")
+    _store(w, events, cut)
     full = Memory.replay(events)
-    opened = Memory.open(f"sqlite:///{path}")
+    opened = Memory.open(w.url)
     report = opened.open_report
     assert report is not None and report.ok
     assert report.opened_from.startswith(f"checkpoint at seq {cut} ({len(events) - cut} tail")
     _same(opened, full, TIMES)
-    assert opened.digest() == Memory.open(f"sqlite:///{path}").digest()
+    other = Memory.open(w.url)
+    assert opened.digest() == other.digest()
+    other.close()
     assert [e.event_id for e in opened.events()] == [e.event_id for e in events]  # lazy, chained
     # writes on the opened store continue the log as on the full replay
     for mem in (opened, full):
@@ -116,94 +202,92 @@ def _checkpoint_open_equals_full_replay(
     opened.close()
 
 
-def test_a_crash_between_tail_events_and_the_checkpoint(tmp_path: Path) -> None:
+def test_a_crash_between_tail_events_and_the_checkpoint(
+    where: Callable[[], Where], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Writes commit their events; the checkpoint only moves when one is due, so a process
-    that dies leaves a tail that the next open folds (and may then write a new one)."""
-    url = f"sqlite:///{tmp_path / 'crash.db'}"
+    that dies leaves a tail that the next open folds (and may then write a new one).
+    MIN_TAIL 200 instead of 1,000: the same law, a fifth of the writes."""
+    monkeypatch.setattr(checkpoint_module, "MIN_TAIL", 200)
+    url = where().url
     mem = Memory.open(url, clock=lambda: day(400))
-    for i in range(1_300):
-        mem.assert_fact(KEYS[i % 2], f"v{i % 7}", valid_from=day(i), source_id=f"s{i}")
+    keys = [FactKey("t", f"u{j}", "city") for j in range(20)]  # short per-key partitions
+    for i in range(330):
+        mem.assert_fact(keys[i % 20], f"v{i % 7}", valid_from=day(i), source_id=f"s{i}")
     assert mem._checkpoint is not None
     at, tail = mem._checkpoint.seq, mem.watermark - mem._checkpoint.seq
-    assert at >= 1_000 and 0 < tail < 1_000
+    assert at >= 400 and 0 < tail < 200
     expected = mem.state_hash()
     mem._store.close()  # killed: no close(), so no checkpoint at the head
     again = Memory.open(url)
     assert again.open_report is not None
     assert again.open_report.opened_from.startswith(f"checkpoint at seq {at} ({tail} tail")
     assert again.state_hash() == expected == Memory.replay(again.events()).state_hash()
+    again.close()
 
 
-def _set_checkpoint(path: Path, text: str, digest: str | None = None) -> None:
-    conn = sqlite3.connect(path)
-    with conn:
-        conn.execute("UPDATE toki_meta SET value = ? WHERE name = 'checkpoint'", (text,))
-        if digest is not None:
-            conn.execute(
-                "UPDATE toki_meta SET value = ? WHERE name = 'checkpoint_digest'", (digest,)
-            )
-    conn.close()
+def _set_checkpoint(w: Where, text: str, digest: str | None = None) -> None:
+    w.sql("UPDATE toki_meta SET value = ? WHERE name = 'checkpoint'", (text,))
+    if digest is not None:
+        w.sql("UPDATE toki_meta SET value = ? WHERE name = 'checkpoint_digest'", (digest,))
 
 
-def _checkpointed(tmp_path: Path) -> tuple[Path, list[Event]]:
+def _checkpointed(where: Callable[[], Where]) -> tuple[Where, list[Event]]:
     events = list(workload(7, 60).events())
-    path = tmp_path / "store.db"
-    _store(path, events, len(events) - 5)
-    return path, events
+    w = where()
+    _store(w, events, len(events) - 5)
+    return w, events
 
 
-def _record(path: Path) -> dict:  # type: ignore[type-arg]
-    conn = sqlite3.connect(path)
-    text = conn.execute("SELECT value FROM toki_meta WHERE name = 'checkpoint'").fetchone()[0]
-    conn.close()
+def _record(w: Where) -> dict:  # type: ignore[type-arg]
+    text = w.sql("SELECT value FROM toki_meta WHERE name = 'checkpoint'")[0][0]
     return dict(decode_json(text))
 
 
-def test_a_checkpoint_edited_without_its_digest_is_refused(tmp_path: Path) -> None:
-    path, events = _checkpointed(tmp_path)
-    record = _record(path)
+def test_a_checkpoint_edited_without_its_digest_is_refused(where: Callable[[], Where]) -> None:
+    w, events = _checkpointed(where)
+    record = _record(w)
     record["keys"] = record["keys"][1:]  # a key forgotten
-    _set_checkpoint(path, canonical_json(record))
-    with Memory.open(f"sqlite:///{path}") as mem:
+    _set_checkpoint(w, canonical_json(record))
+    with Memory.open(w.url) as mem:
         assert mem.open_report is not None
         assert mem.open_report.opened_from.startswith("full replay (checkpoint refused:")
         assert mem.state_hash() == Memory.replay(events).state_hash()
 
 
-def test_a_forged_head_is_refused(tmp_path: Path) -> None:
-    path, events = _checkpointed(tmp_path)
-    record = _record(path)
+def test_a_forged_head_is_refused(where: Callable[[], Where]) -> None:
+    w, events = _checkpointed(where)
+    record = _record(w)
     record["head"] = "0" * 64
     text = canonical_json(record)
-    _set_checkpoint(path, text, text_digest(text))  # digest recomputed too
-    with Memory.open(f"sqlite:///{path}") as mem:
+    _set_checkpoint(w, text, text_digest(text))  # digest recomputed too
+    with Memory.open(w.url) as mem:
         assert mem.open_report is not None
         assert "is not the checkpoint's head" in mem.open_report.opened_from
         assert mem.state_hash() == Memory.replay(events).state_hash()
 
 
-def test_a_forged_per_key_seq_is_named_on_first_use(tmp_path: Path) -> None:
-    path, _ = _checkpointed(tmp_path)
-    record = _record(path)
+def test_a_forged_per_key_seq_is_named_on_first_use(where: Callable[[], Where]) -> None:
+    w, _ = _checkpointed(where)
+    record = _record(w)
     record["keys"][0][1] += 1  # the checkpoint now claims an event the log does not hold
     text = canonical_json(record)
-    _set_checkpoint(path, text, text_digest(text))
-    mem = Memory.open(f"sqlite:///{path}")
+    _set_checkpoint(w, text, text_digest(text))
+    mem = Memory.open(w.url)
     key = FactKey.from_json(record["keys"][0][0])
     with pytest.raises(IntegrityError, match="checkpoint recorded"):
         mem.history(key)
     mem._store.close()
 
 
-def _rewrite_first_value(path: Path) -> FactKey:
+def _rewrite_first_value(w: Where) -> FactKey:
     """Rewrite the first ASSERT's value with its payload hash and event id recomputed, its
     chain link left as it was (the threat model's second row)."""
     from toki.log import EventKind, make_event
 
-    conn = sqlite3.connect(path)
-    seq, key_seq, payload = conn.execute(
+    seq, key_seq, payload = w.sql(
         "SELECT seq, key_seq, payload FROM toki_event WHERE kind = 'ASSERT' ORDER BY seq"
-    ).fetchone()
+    )[0]
     body = dict(decode_json(payload))
     body["version"] = {**body["version"], "value": "Forged"}
     key = FactKey.from_json(body["_key"])
@@ -216,20 +300,23 @@ def _rewrite_first_value(path: Path) -> FactKey:
         tuple(body["_version_ids"]),
         {k: v for k, v in body.items() if not k.startswith("_")},
     )
-    conn.execute("DROP TRIGGER toki_event_no_update")
-    conn.execute(
+    if w.kind == "sqlite":
+        w.sql("DROP TRIGGER toki_event_no_update")
+    else:
+        w.sql("ALTER TABLE toki_event DISABLE TRIGGER toki_event_append_only")
+    w.sql(
         "UPDATE toki_event SET payload = ?, payload_hash = ?, event_id = ? WHERE seq = ?",
         (event.payload, event.payload_hash, event.event_id, seq),
     )
-    conn.commit()
-    conn.close()
     return key
 
 
-def test_a_rewritten_prefix_event_is_named_by_its_key_and_by_verify(tmp_path: Path) -> None:
-    path, _ = _checkpointed(tmp_path)
-    key = _rewrite_first_value(path)
-    mem = Memory.open(f"sqlite:///{path}")  # the prefix is not walked on open
+def test_a_rewritten_prefix_event_is_named_by_its_key_and_by_verify(
+    where: Callable[[], Where],
+) -> None:
+    w, _ = _checkpointed(where)
+    key = _rewrite_first_value(w)
+    mem = Memory.open(w.url)  # the prefix is not walked on open
     with pytest.raises(IntegrityError, match="chain link does not follow"):
         mem.current(key)  # never served: the key's rows are checked when it is built
     with pytest.raises(IntegrityError):
@@ -239,44 +326,63 @@ def test_a_rewritten_prefix_event_is_named_by_its_key_and_by_verify(tmp_path: Pa
     mem._store.close()
 
 
-def test_an_edited_projection_row_is_detected_on_open(tmp_path: Path) -> None:
-    path, events = _checkpointed(tmp_path)
+def _bump_intervals(w: Where, key: FactKey) -> None:
+    """Edit one projection row outside toki."""
+    if w.kind == "sqlite":
+        where, params = "fact_key = ?", (canonical_json(key.to_json()),)
+    else:
+        where = "tenant = ? AND subject = ? AND scope_kind = ? AND scope_key = ? AND fact_key = ?"
+        params = (key.tenant, key.subject, key.scope_kind, key.scope_key, key.fact_key)
+    w.sql(f"UPDATE toki_current SET open_intervals = open_intervals + 1 WHERE {where}", params)
+
+
+def test_an_edited_projection_row_is_detected_on_open(where: Callable[[], Where]) -> None:
+    w, events = _checkpointed(where)
     touched = {e.key for e in events[-5:]}
     untouched = next(k for k in sorted({e.key for e in events}) if k not in touched)
-    conn = sqlite3.connect(path)
-    conn.execute(
-        "UPDATE toki_current SET open_intervals = open_intervals + 1 WHERE fact_key = ?",
-        (canonical_json(untouched.to_json()),),
-    )
-    conn.commit()
-    conn.close()
+    _bump_intervals(w, untouched)
     with pytest.raises(IntegrityError, match="stored projection differs"):
-        Memory.open(f"sqlite:///{path}")
-    with Memory.open(f"sqlite:///{path}", repair_projection=True) as mem:
+        Memory.open(w.url)
+    with Memory.open(w.url, repair_projection=True) as mem:
         assert mem.open_report is not None and not mem.open_report.ok
-    assert Memory.open(f"sqlite:///{path}").open_report.ok  # type: ignore[union-attr]
+    with Memory.open(w.url) as mem:
+        assert mem.open_report is not None and mem.open_report.ok
 
 
-def test_a_store_without_a_checkpoint_opens_by_replay_and_gets_one(tmp_path: Path) -> None:
+def test_an_edited_row_of_a_tail_key_is_named_on_its_first_use(where: Callable[[], Where]) -> None:
+    w, events = _checkpointed(where)
+    key = events[-1].key
+    _bump_intervals(w, key)
+    mem = Memory.open(w.url)  # a key the tail touched checks its row when it is built
+    with pytest.raises(IntegrityError, match="projection row of"):
+        mem.history(key)
+    mem._store.close()
+
+
+def test_a_store_without_a_checkpoint_opens_by_replay_and_gets_one(
+    where: Callable[[], Where],
+) -> None:
     mem = scripted_memory(3, 30)
     events = list(mem.events())
     many = list(Memory.replay(events).events())
-    path = tmp_path / "old.db"
-    _append(path, many, len(many))
-    assert SQLiteStore(path).load_checkpoint() is None
-    with Memory.open(f"sqlite:///{path}") as opened:  # small: replayed, no checkpoint due
+    small = where()
+    _append(small, many, len(many))
+    assert small.raw().load_checkpoint() is None
+    with Memory.open(small.url) as opened:  # small: replayed, no checkpoint due
         assert opened.open_report is not None
         assert opened.open_report.opened_from == "full replay"
     big = Memory(clock=lambda: day(400))
     for i in range(1_100):
         big.assert_fact(KEYS[i % 2], f"v{i % 5}", valid_from=day(i % 90), source_id=f"s{i}")
-    path = tmp_path / "big.db"
-    _append(path, list(big.events()), len(big.events()))
-    with Memory.open(f"sqlite:///{path}") as opened:
+    w = where()
+    _append(w, list(big.events()), len(big.events()))
+    with Memory.open(w.url) as opened:
         assert opened.open_report is not None
         assert opened.open_report.opened_from == "full replay"
-    assert SQLiteStore(path).load_checkpoint() is not None  # written by that open
-    with Memory.open(f"sqlite:///{path}") as opened:
+    store = w.raw()
+    assert store.load_checkpoint() is not None  # written by that open
+    store.close()
+    with Memory.open(w.url) as opened:
         assert opened.open_report is not None
         head = len(big.events())
         assert opened.open_report.opened_from.startswith(f"checkpoint at seq {head} (0 tail")
@@ -284,17 +390,17 @@ def test_a_store_without_a_checkpoint_opens_by_replay_and_gets_one(tmp_path: Pat
 
 
 def test_verify_names_a_forged_checkpoint_and_toki_checkpoint_rewrites_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    where: Callable[[], Where], capsys: pytest.CaptureFixture[str]
 ) -> None:
     from toki.cli import main
 
-    path, _ = _checkpointed(tmp_path)
-    url = f"sqlite:///{path}"
+    w, _ = _checkpointed(where)
+    url = w.url
     assert main(["verify", url]) == 0
-    record = _record(path)
+    record = _record(w)
     record["keys"][0][2] = "0" * 64  # a projection-row digest, with the record's own digest
     text = canonical_json(record)
-    _set_checkpoint(path, text, text_digest(text))
+    _set_checkpoint(w, text, text_digest(text))
     capsys.readouterr()
     assert main(["verify", url]) == 1
     assert "checkpoint at seq" in capsys.readouterr().out
@@ -303,10 +409,10 @@ def test_verify_names_a_forged_checkpoint_and_toki_checkpoint_rewrites_it(
     assert main(["verify", url]) == 0
 
 
-def test_a_db_taken_after_a_checkpointed_open_never_changes(tmp_path: Path) -> None:
+def test_a_db_taken_after_a_checkpointed_open_never_changes(where: Callable[[], Where]) -> None:
     """Copy on write holds for lazy states: the Db keeps the state it was handed."""
-    path, events = _checkpointed(tmp_path)
-    mem = Memory.open(f"sqlite:///{path}")
+    w, events = _checkpointed(where)
+    mem = Memory.open(w.url)
     before = mem.db()
     expected = Memory.replay(events)
     key = KEYS[0]
@@ -317,3 +423,132 @@ def test_a_db_taken_after_a_checkpointed_open_never_changes(tmp_path: Path) -> N
     expected.assert_fact(key, "Oslo", valid_from=day(2), recorded_at=day(600), source_id="later")
     assert mem.state_hash() == expected.state_hash()
     mem.close()
+
+
+# -- PostgreSQL only: the sequencer and concurrent writers ---------------------------------
+
+
+def _pg(pg_dsn: str, pg_store: Callable[..., Any]) -> Where:
+    from toki.store.pg_rows import with_schema
+    from toki.store.postgres import PostgresStore
+
+    schema = pg_store().schema
+    return Where(
+        "postgresql", with_schema(pg_dsn, schema), lambda: PostgresStore(pg_dsn, schema=schema)
+    )
+
+
+def test_two_concurrent_writers_each_write_a_valid_record(
+    pg_dsn: str, pg_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two Memories write different keys at once; both reach a due checkpoint and write
+    it (the last one wins); every record written names a sequenced seq and its head, and
+    the store then opens from the record to the state a full replay gives."""
+    from toki.checkpoint import Checkpoint
+
+    monkeypatch.setattr(checkpoint_module, "MIN_TAIL", 200)  # the same law, fewer writes
+    w = _pg(pg_dsn, pg_store)
+    mems = [Memory.open(w.url, clock=lambda: day(400)) for _ in range(2)]
+    saved: list[str] = []
+    for mem in mems:
+        store: Any = mem._store
+        save = store.save_checkpoint
+
+        def spy(text: str, digest: str, save: Any = save) -> None:
+            save(text, digest)
+            saved.append(text)
+
+        store.save_checkpoint = spy
+
+    def writes(mem: Memory, key: FactKey, tag: str) -> None:
+        for i in range(100):
+            mem.assert_fact(key, f"{tag}{i % 7}", valid_from=day(i), source_id=f"{tag}{i}")
+
+    threads = [
+        threading.Thread(target=writes, args=(m, KEYS[i], f"w{i}")) for i, m in enumerate(mems)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(saved) >= 2  # each writer wrote one
+    log = {e.seq: e.chain for e in mems[0].events()}
+    for text in saved:
+        record = Checkpoint.from_text(text, text_digest(text), w.url)
+        assert record is not None and log[record.seq] == record.head
+    for mem in mems:
+        mem._store.close()
+    with Memory.open(w.url) as again:
+        assert again.open_report is not None
+        assert again.open_report.opened_from.startswith("checkpoint at seq")
+        assert again.state_hash() == Memory.replay(again.events()).state_hash()
+        assert again.verify().ok  # the record itself checked against a replay
+
+
+def test_a_checkpoint_never_covers_unsequenced_events(
+    pg_dsn: str, pg_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that committed but was not sequenced leaves a pending event: an open that
+    cannot see it sequenced does not open from the record (it replays the sequenced log,
+    as before), and a record ahead of the sequenced log is refused."""
+    from toki.checkpoint import Checkpoint
+    from toki.store.postgres import PostgresStore
+
+    class Unsequenced(PostgresStore):
+        def sequence(self) -> int:
+            return 0
+
+    monkeypatch.setattr(checkpoint_module, "MIN_TAIL", 200)  # the same law, fewer writes
+    w = _pg(pg_dsn, pg_store)
+    schema = w.raw().schema
+    mem = Memory.open(w.url, clock=lambda: day(400))
+    for i in range(120):
+        mem.assert_fact(KEYS[i % 2], f"v{i % 7}", valid_from=day(i), source_id=f"s{i}")
+    assert mem._checkpoint is not None
+    mem.close()
+    stalled = Memory(Unsequenced(pg_dsn, schema=schema), clock=lambda: day(401))
+    stalled.assert_fact(KEYS[1], "late", valid_from=day(1), source_id="late")
+    assert w.sql("SELECT count(*) FROM toki_pending")[0][0] > 0
+    blind = Memory(Unsequenced(pg_dsn, schema=schema))
+    assert blind.open_report is not None
+    assert "not used: concurrent writes kept the log unsequenced" in blind.open_report.opened_from
+    last = blind._store.last_seq()
+    ahead = Checkpoint(last + 1, "0" * 64, ())
+    store: Any = blind._store
+    with pytest.raises(IntegrityError, match="does not match the log"), store.write_lock():
+        store.save_checkpoint(ahead.to_text(), text_digest(ahead.to_text()))
+    blind._store.close()
+    stalled._store.close()
+    with Memory.open(w.url) as again:  # sequences the pending event, opens from the record
+        assert again.open_report is not None
+        assert again.open_report.opened_from.startswith("checkpoint at seq")
+        assert again.watermark > last
+        assert again.state_hash() == Memory.replay(again.events()).state_hash()
+
+
+def test_an_edited_version_row_is_named_on_first_use(
+    pg_dsn: str, pg_store: Callable[..., Any]
+) -> None:
+    """toki_version is part of a key's projection on PostgreSQL: after an open from a
+    checkpoint, an edited row of the prefix is named when its key is built, one of the tail
+    when its key is first used (toki verify names both)."""
+    w = _pg(pg_dsn, pg_store)
+    events = list(workload(7, 60).events())
+    _store(w, events, len(events) - 5)
+    tail_key = next(e.key for e in reversed(events) if e.kind.value == "ASSERT")
+    touched = {e.key for e in events[-5:]}
+    prefix_key = next(e.key for e in events if e.kind.value == "ASSERT" and e.key not in touched)
+    w.sql("ALTER TABLE toki_version DISABLE TRIGGER toki_version_append_only")
+    for key, last in ((prefix_key, "ASC"), (tail_key, "DESC")):
+        w.sql(
+            "UPDATE toki_version SET weight = weight + 1 WHERE id = (SELECT id FROM "
+            f"toki_version WHERE subject = ? AND fact_key = ? ORDER BY key_seq {last} LIMIT 1)",
+            (key.subject, key.fact_key),
+        )
+    mem = Memory.open(w.url)
+    with pytest.raises(IntegrityError, match=r"its toki_version row .* differs from the log"):
+        mem.history(prefix_key)
+    with pytest.raises(IntegrityError, match=r"stored projection row of .* differs"):
+        mem.history(tail_key)
+    assert not mem.verify().ok
+    mem._store.close()

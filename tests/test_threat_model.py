@@ -3,7 +3,7 @@ check (open, `toki verify`, `toki verify --digest`, keyed digest), on a real sto
 
 The doc's table between the `threat-model` markers must equal what this test measures;
 `TOKI_REGENERATE_DOCS=1 pytest tests/test_threat_model.py` rewrites it. Tampers run on
-SQLite; the toki_version row (a PostgreSQL table) on PostgreSQL."""
+SQLite; the toki_version and toki_head rows (PostgreSQL tables) on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -204,8 +204,14 @@ def _checks(
 
 
 def _measure(
-    url: str, raw: Raw, tamper: Callable[[Raw, str], None], key_file: Path
+    url: str,
+    raw: Raw,
+    tamper: Callable[[Raw, str], None],
+    key_file: Path,
+    twin: str | None = None,
 ) -> list[bool | None]:
+    """twin: on PostgreSQL, a second empty store that gets the same history, a checkpoint
+    at its head and the same tamper (the checkpointed columns)."""
     with Memory.open(url) if url.startswith("sqlite") else _pg_memory(url) as mem:
         write_small_history(mem)
         for reader in ("reader-0", "reader-1", "reader-2"):
@@ -223,6 +229,14 @@ def _measure(
             _unguard(how)
             tamper(how, where)
     else:
+        if twin is not None:
+            with _pg_memory(twin) as mem:
+                write_small_history(mem)
+                for reader in ("reader-0", "reader-1", "reader-2"):
+                    mem.current(K, consumer=reader)
+                assert mem.checkpoint() is not None
+            tamper(pg_raw_for(twin), twin)
+            checkpointed = twin
         tamper(raw, url)
     return _checks(url, saved, keyed, key_file, checkpointed)
 
@@ -299,14 +313,15 @@ def test_the_threat_model_table_is_measured(tmp_path: Path, pg_store: Callable[.
         raw("UPDATE toki_version SET value = '\"Porto\"'::jsonb WHERE subject = 'u1'")
 
     rows.append(("edits PostgreSQL's `toki_version` (the table offered for SQL)",
-                 _measure(url, pg_raw, t_version, key_file)))  # fmt: skip
+                 _measure(url, pg_raw, t_version, key_file, pg_store().url)))  # fmt: skip
 
     def t_head(raw: Raw, url: str) -> None:
         raw("UPDATE toki_head SET pos = pos + 5 WHERE subject = 'u1'")
 
     head_url = pg_store().url
     rows.append(("edits PostgreSQL's `toki_head` (each key's last per-key seq)",
-                 _measure(head_url, pg_raw_for(head_url), t_head, key_file)))  # fmt: skip
+                 _measure(head_url, pg_raw_for(head_url), t_head, key_file,
+                          pg_store().url)))  # fmt: skip
     generated = table(rows)
     print(generated)
     # the facts the design promises, whatever the doc says

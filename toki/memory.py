@@ -144,8 +144,8 @@ class Memory:
         difference raises IntegrityError and changes nothing, unless repair_projection=True
         (after `toki verify` showed the log intact): then the projection is rebuilt from it.
 
-        A store with a checkpoint (SQLite) is opened from it: only the events after it are
-        folded, each key's state is built from its own log rows on first use
+        A store with a checkpoint (SQLite, PostgreSQL) is opened from it: only the events
+        after it are folded, each key's state is built from its own log rows on first use
         (toki.checkpoint); from_checkpoint=False (and repair_projection=True) replays and
         chain-checks the whole log instead, and then writes a new checkpoint if one is due."""
         self._store: EventStore = store if store is not None else InMemoryStore()
@@ -322,7 +322,10 @@ class Memory:
         if checkpoint is None:
             return "checkpoint of another format ignored"
         seq = checkpoint.seq
-        at, tail, seal, at_seal, watermark, stored = self._store.load_tail(seq)  # type: ignore[attr-defined]
+        read = self._store.load_tail(seq)  # type: ignore[attr-defined]
+        if read is None:  # PostgreSQL: writers kept committing events not yet sequenced
+            return f"checkpoint at seq {seq} not used: concurrent writes kept the log unsequenced"
+        at, tail, seal, at_seal, watermark, stored = read
         last = tail[-1].seq if tail else seq
         problem = None
         if at != checkpoint.head:
@@ -399,7 +402,8 @@ class Memory:
         return dataclasses.replace(report, keys_checked=checked)
 
     def checkpoint(self) -> Checkpoint | None:
-        """Write a checkpoint at the log's head now (SQLite; None on a store that keeps none,
+        """Write a checkpoint at the log's head now (SQLite, PostgreSQL: at the last event
+        this Memory folded, which is sequenced; None on a store that keeps none,
         on a read-only one, or for an empty log): the next open folds only what comes after
         it (docs/integrity.md)."""
         if not self._checkpoints or self._chain is None or self._log.last_seq == 0:
@@ -548,6 +552,7 @@ class Memory:
                     self._writes += 1
                     with suppress(StoreError):  # committed: catching up may wait (toki.ops)
                         self._catch_up()
+                        self._checkpoint_if_due()  # covers what we folded: sequenced only
                 return [] if op and op.replayed else made
             # one writer (memory, SQLite): under its lock the caught-up live state is the
             # partition as read inside the transaction; clone it rather than re-read it

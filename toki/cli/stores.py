@@ -61,7 +61,7 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
         made = mem.checkpoint()
         if made is None:
             raise InvalidInput(
-                "url", f"{args.url} keeps no checkpoints (only sqlite:/// stores do), or is empty"
+                "url", f"{args.url} keeps no checkpoints (memory:// does not), or is empty"
             )
     opened = "" if report is None else report.opened_from
     if args.json:

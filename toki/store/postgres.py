@@ -33,7 +33,7 @@ from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store import pg_consumption, pg_log
+from toki.store import pg_checkpoint, pg_consumption, pg_log
 from toki.store.base import EVENT_COLUMNS, LOG_COLUMNS, Operation, Plan, events_from_rows
 from toki.store.pg_projection import read_projection, write_projection
 from toki.store.pg_rows import (
@@ -70,6 +70,9 @@ _RETRYABLE = (
     pg_errors.DeadlockDetected,  # 40P01
     pg_errors.TransactionRollback,
 )
+TAIL_TRIES = 8
+"""Reads an open from a checkpoint makes before it gives up (full replay) because each one
+saw events committed but not yet sequenced."""
 MAX_RETRIES = 64
 """Serialization failures, deadlocks and moved heads a write retries before WriteConflict."""
 
@@ -544,6 +547,68 @@ class PostgresStore:
             f"{self.url}: toki_head says key {FactKey(tenant, subject, fkey, kind, skey)} is at "
             f"per-key seq {pos}, the log at {top or 0}: toki_head was changed outside toki"
         )
+
+    # -- checkpoints (toki.checkpoint; toki/store/pg_checkpoint.py) ----------------------
+
+    def load_checkpoint(self) -> tuple[str, str | None] | None:
+        """The checkpoint record and the digest stored beside it; None if there is none."""
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.load_record(cur)
+
+    def save_checkpoint(self, text: str, text_digest: str) -> None:
+        """Store the record (Memory.checkpoint holds the write lock); refused if its seq is
+        not sequenced with the head it names."""
+        with self._locked(), self._conn.cursor() as cur:
+            pg_checkpoint.save_record(cur, self.url, text, text_digest)
+
+    def load_tail(self, seq: int) -> pg_checkpoint.Tail | None:
+        """The consistent read of an open from a checkpoint at `seq`
+        (`pg_checkpoint.load_tail`), sequencing pending events first; None if concurrent
+        writers kept committing unsequenced events across a few tries."""
+        for _ in range(TAIL_TRIES):
+            with self._lock, self._errors(), self._snapshot() as cur:
+                found = pg_checkpoint.load_tail(cur, self.url, seq)
+            if found is not None:
+                return found
+            self.sequence()
+        return None
+
+    def key_text(self, key: FactKey) -> str:
+        return pg_checkpoint.key_text(key)
+
+    def projection_digest(self, key: FactKey, summary: KeySummary) -> str:
+        """The digest of the projection row (summary and segments) `append` writes."""
+        return pg_checkpoint.digest_row(pg_checkpoint.row_of_summary(key, summary))
+
+    def digest_row(self, row: Sequence[Any]) -> str:
+        return pg_checkpoint.digest_row(row)
+
+    def parse_row(self, row: Sequence[Any]) -> tuple[FactKey, KeySummary]:
+        return pg_checkpoint.parse_row(row)
+
+    def key_events(self, key: FactKey, upto: int) -> list[Event]:
+        with self._lock, self._errors(), self._snapshot() as cur:
+            return pg_checkpoint.key_events(cur, self.url, key, upto)
+
+    def has_event(self, event_id: str, upto: int) -> bool:
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.has_event(cur, event_id, upto)
+
+    def event_ids(self, upto: int) -> list[str]:
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.event_ids(cur, upto)
+
+    def version_keys(self, upto: int) -> dict[str, FactKey]:
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.version_keys(cur, upto)
+
+    def decision_events(self, upto: int) -> list[Event]:
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.decision_events(cur, self.url, upto)
+
+    def prefix_events(self, upto: int) -> list[Event]:
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.prefix_events(cur, self.url, upto)
 
     # -- the consumption log (named reads; toki/store/pg_consumption.py) ----------------
 
