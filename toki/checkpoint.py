@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from toki.canonical import canonical_json, decode_json
-from toki.chain import ChainCheck
+from toki.chain import GENESIS, ChainCheck, link
 from toki.errors import IntegrityError
 from toki.judge import JudgeLog, Verdict
 from toki.log import Event, EventKind, EventLog
@@ -97,6 +97,31 @@ class Checkpoint:
             return cls(int(data["seq"]), str(data["head"]), keys)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise IntegrityError(f"{where}: the checkpoint record is malformed: {exc}") from exc
+
+
+def check_key_events(
+    where: str, key: FactKey, events: Sequence[Event], previous_links: Sequence[str | None],
+    changed: str,
+) -> None:
+    """A key's events read from its own rows, each with the stored link of the event before it
+    in the log: every event must be stored under its payload's key and chain on from that
+    link (what a lazily built key is checked against; `changed` names the tables that were
+    edited when the key does not match)."""
+    for event, prev in zip(events, previous_links, strict=True):
+        if event.seq == 1:
+            prev = GENESIS
+        if event.key != key:
+            raise IntegrityError(
+                f"{where}: event seq {event.seq} is stored under another fact key than its "
+                f"payload's ({event.key}): {changed} was changed outside toki; run `toki "
+                "verify URL`"
+            )
+        if prev is None or event.chain is None or link(str(prev), event) != event.chain:
+            raise IntegrityError(
+                f"{where}: event seq {event.seq}: its chain link does not follow from the "
+                "event before it (an event at or before it was rewritten, deleted or "
+                "renumbered outside toki); run `toki verify URL --digest D`"
+            )
 
 
 class Source(Protocol):

@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 
 from toki.canonical import canonical_json, decode_json
-from toki.chain import GENESIS, Digest, link
-from toki.checkpoint import text_digest
+from toki.chain import Digest
+from toki.checkpoint import check_key_events, text_digest
 from toki.errors import IntegrityError
 from toki.log import Event
 from toki.model import FactKey
@@ -166,20 +166,7 @@ def key_events(cur: psycopg.Cursor[Any], where: str, key: FactKey, upto: int) ->
         (*key_row(key), upto),
     ).fetchall()
     events = list(events_from_rows([r[:-1] for r in rows], where))
-    for event, row in zip(events, rows, strict=True):
-        prev = GENESIS if event.seq == 1 else row[-1]
-        if event.key != key:
-            raise IntegrityError(
-                f"{where}: event seq {event.seq} is stored under another fact key than its "
-                f"payload's ({event.key}): toki_event was changed outside toki; run `toki "
-                "verify URL`"
-            )
-        if prev is None or event.chain is None or link(str(prev), event) != event.chain:
-            raise IntegrityError(
-                f"{where}: event seq {event.seq}: its chain link does not follow from the "
-                "event before it (an event at or before it was rewritten, deleted or "
-                "renumbered outside toki); run `toki verify URL --digest D`"
-            )
+    check_key_events(where, key, events, [r[-1] for r in rows], "toki_event")
     top = events[-1].key_seq if events else 0
     versions = cur.execute(
         f"SELECT {_VERSION_COLS} FROM toki_version WHERE {_KEY_MATCH} AND key_seq <= %s",

@@ -19,6 +19,7 @@ from typing import Any
 
 from toki.canonical import canonical_json, decode_json
 from toki.chain import GENESIS, Digest, check_seal, consumption_link, link
+from toki.checkpoint import check_key_events
 from toki.errors import (
     ConstraintViolation,
     IntegrityError,
@@ -522,20 +523,9 @@ class SQLiteStore:
                 (_key_text(key), upto),
             ).fetchall()
         events = list(events_from_rows([r[:-1] for r in rows], self.path))
-        for event, row in zip(events, rows, strict=True):
-            prev = GENESIS if event.seq == 1 else row[-1]
-            if event.key != key:
-                raise IntegrityError(
-                    f"{self.path}: event seq {event.seq} is stored under another fact key "
-                    f"than its payload's ({event.key}): toki_key or toki_event.key_id was "
-                    "changed outside toki; run `toki verify URL`"
-                )
-            if prev is None or event.chain is None or link(str(prev), event) != event.chain:
-                raise IntegrityError(
-                    f"{self.path}: event seq {event.seq}: its chain link does not follow "
-                    "from the event before it (an event at or before it was rewritten, "
-                    "deleted or renumbered outside toki); run `toki verify URL --digest D`"
-                )
+        check_key_events(
+            self.path, key, events, [r[-1] for r in rows], "toki_key or toki_event.key_id"
+        )
         return events
 
     def has_event(self, event_id: str, upto: int) -> bool:
