@@ -12,16 +12,51 @@ to a lock file and to the model row the real row stands beside.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from toki.real.gate import GatePoint
 from toki.sim.workload import SimClaim, Workload
 
-__all__ = ["Beliefs", "HostAdapter", "Picker", "RealSystem", "ScriptedJudge"]
+__all__ = [
+    "Beliefs",
+    "HostAdapter",
+    "Picker",
+    "RealSystem",
+    "ScriptedJudge",
+    "claims_in_stored_order",
+    "replayed_beliefs",
+]
 
 Beliefs = dict[str, Any]
+
+
+def claims_in_stored_order(
+    workload: Workload, stored: Iterable[Any], matches: Callable[[SimClaim, Any], bool]
+) -> list[SimClaim]:
+    """The workload's claims in the order the library stored them (each claim used once):
+    what a recovery that re-applies the stored inputs replays."""
+    pool = [c for inbox in workload.inboxes for c in inbox]
+    out = []
+    for item in stored:
+        claim = next((c for c in pool if matches(c, item)), None)
+        if claim is not None:
+            out.append(claim)
+            pool.remove(claim)
+    return out
+
+
+def replayed_beliefs(
+    beliefs: Callable[[Mapping[str, Any], Sequence[str]], Beliefs],
+    recovered: Any,
+    keys: Sequence[str],
+) -> Beliefs:
+    """The beliefs of a recovery's replayed observation, or a failed recovery per key when
+    the worker replayed nothing."""
+    if not isinstance(recovered, Mapping) or "replayed" not in recovered:
+        return {k: {"value": None, "live": [], "recovery_failed": "no replay"} for k in keys}
+    return beliefs(recovered["replayed"], keys)
 
 
 class Picker(Protocol):

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from toki.real.adapter import Beliefs, Picker
+from toki.real.adapter import Beliefs, Picker, claims_in_stored_order, replayed_beliefs
 from toki.real.gate import GatePoint
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import belief_entry
@@ -79,22 +79,16 @@ class CogneeHost:
         self, observation: Mapping[str, Any], workload: Workload
     ) -> list[SimClaim] | None:
         """The stored data items as the workload's claims, in cognee's order."""
-        pool = [c for inbox in workload.inboxes for c in inbox]
-        out = []
-        for item in observation.get("data") or []:
-            for c in pool:
-                if f"{c.key} is {c.value}" == item.get("text"):
-                    out.append(c)
-                    pool.remove(c)
-                    break
-        return out
+        return claims_in_stored_order(
+            workload,
+            observation.get("data") or [],
+            lambda c, item: f"{c.key} is {c.value}" == item.get("text"),
+        )
 
     def recover(
         self, observation: Mapping[str, Any], keys: Sequence[str], judge: Picker, recovered: Any
     ) -> Beliefs:
-        if not isinstance(recovered, Mapping) or "replayed" not in recovered:
-            return {k: {"value": None, "live": [], "recovery_failed": "no replay"} for k in keys}
-        return self.beliefs(recovered["replayed"], keys)
+        return replayed_beliefs(self.beliefs, recovered, keys)
 
     def recoverable(self, observation: Mapping[str, Any], key: str) -> set[str]:
         """Every edge's value (the model's: nothing of the graph is deleted)."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from toki.real.adapter import Beliefs, Picker
+from toki.real.adapter import Beliefs, Picker, claims_in_stored_order, replayed_beliefs
 from toki.real.gate import GatePoint
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import belief_entry
@@ -168,24 +168,17 @@ class GraphitiHost:
         (None for a program of operations: its steps are no claims to re-ingest)."""
         if getattr(workload, "family", None) is not None:
             return None
-        pool = [c for inbox in workload.inboxes for c in inbox]
-        out = []
-        for episode in observation.get("episodes") or []:
-            for c in pool:
-                if fact_of(c.key, c.value) == episode.get("content") and _iso_day(
-                    {"start": c.start}
-                ) == episode.get("valid_at"):
-                    out.append(c)
-                    pool.remove(c)
-                    break
-        return out
+        return claims_in_stored_order(
+            workload,
+            observation.get("episodes") or [],
+            lambda c, episode: fact_of(c.key, c.value) == episode.get("content")
+            and _iso_day({"start": c.start}) == episode.get("valid_at"),
+        )
 
     def recover(
         self, observation: Mapping[str, Any], keys: Sequence[str], judge: Picker, recovered: Any
     ) -> Beliefs:
-        if not isinstance(recovered, Mapping) or "replayed" not in recovered:
-            return {k: {"value": None, "live": [], "recovery_failed": "no replay"} for k in keys}
-        return self.beliefs(recovered["replayed"], keys)
+        return replayed_beliefs(self.beliefs, recovered, keys)
 
     def recoverable(self, observation: Mapping[str, Any], key: str) -> set[str]:
         """Every edge's fact, valid or invalidated (the model's; episode text would need the

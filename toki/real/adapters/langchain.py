@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from toki.real.adapter import Beliefs, Picker
+from toki.real.adapter import Beliefs, Picker, replayed_beliefs
 from toki.real.gate import GatePoint
 from toki.sim.workload import SimClaim, Workload
 from toki.systems._kit import belief_entry
@@ -164,9 +164,7 @@ class LangMemHost:
     ) -> Beliefs:
         """Re-run the manager over the kept thread, in order, with a fresh judge (the
         model's recovery; LangMem has none of its own)."""
-        if not isinstance(recovered, Mapping) or "replayed" not in recovered:
-            return {k: {"value": None, "live": [], "recovery_failed": "no replay"} for k in keys}
-        return self.beliefs(recovered["replayed"], keys)
+        return replayed_beliefs(self.beliefs, recovered, keys)
 
     def recoverable(self, observation: Mapping[str, Any], key: str) -> set[str]:
         return set(self._values(observation).get(key, []))
