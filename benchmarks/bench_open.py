@@ -13,6 +13,8 @@ memory), with its projection; then, in one run:
 - the read floor: raw sqlite3 reading exactly the rows a checkpointed open reads
   (`toki_meta`, every `toki_current` row, the event row at the checkpoint and the tail's
   rows), and, for the full replay, every row of `toki_event`, `toki_current` and `toki_meta`;
+- where a checkpointed open's time goes, by phase (record, tail, lazy snapshot, reconcile,
+  other): per-key and per-event Python work, which bounds the ratio to the read floor;
 - what moved to first use: `current()` of one key (its state built from its own events)
   and `state_hash()` (every key built).
 
@@ -41,6 +43,7 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,7 @@ from typing import Any
 from benchmarks.bench_core import BASE
 from benchmarks.bench_growth import growth_exponent
 from benchmarks.common import machine_info, write_results
+from toki.checkpoint import Checkpoint
 from toki.log import Event, EventKind, make_event
 from toki.memory import Memory
 from toki.model import FactKey, FactVersion
@@ -172,6 +176,65 @@ def _floor(path: Path, checkpoint_seq: int | None) -> float:
     return elapsed
 
 
+@contextmanager
+def _phases(into: dict[str, float]) -> Iterator[None]:
+    """Time the phases of a checkpointed open (benchmark only: wraps the functions the open
+    calls, adding each call's seconds into `into`); what is left of the open is "other"."""
+    import toki.memory as memory_module
+
+    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                into[name] = into.get(name, 0.0) + time.perf_counter() - t0
+        return run
+
+    wrapped: list[tuple[Any, str, int]] = [
+        (Checkpoint, "from_text", 0),
+        (SQLiteStore, "load_checkpoint", 0),
+        (SQLiteStore, "load_tail", 1),
+        (memory_module, "lazy_snapshot", 2),
+        (Memory, "_reconcile_tail", 3),
+    ]
+    saved = [(owner, name, vars(owner)[name]) for owner, name, _ in wrapped]
+    for owner, name, phase in wrapped:
+        fn = vars(owner)[name]
+        if isinstance(fn, classmethod):
+            setattr(owner, name, classmethod(timed(PHASES[phase], fn.__func__)))
+        else:
+            setattr(owner, name, timed(PHASES[phase], fn))
+    try:
+        yield
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+
+
+PHASES = (
+    "checkpoint record: read, digest check, parse (one FactKey per key)",
+    "tail: read, decode and verify each event (hashes, id), link check",
+    "lazy snapshot: one unbuilt state per key, the tail's ids and versions",
+    "reconcile: digest each stored projection row against the record",
+    "other (sequencing, chain seal, Memory set-up)",
+)
+
+
+def open_phases(url: str, repeat: int) -> dict[str, float]:
+    """Seconds per phase of the fastest of `repeat` checkpointed opens: what bounds the ratio
+    to the read floor is per-key and per-event Python work, which this shows by phase."""
+    best: dict[str, float] = {}
+    for _ in range(repeat):
+        parts: dict[str, float] = {}
+        with _phases(parts):
+            total, _ = _timed(lambda: _open(url))
+        parts[PHASES[4]] = total - sum(parts.values())
+        if not best or total < sum(best.values()):
+            best = parts
+    return best
+
+
 def _everything_floor(path: Path) -> float:
     """sqlite3 reading every row of every table a checkpointed open touches (toki_event
     whole, though the open reads only its tail)."""
@@ -213,6 +276,7 @@ def bench_size(n: int, repeat: int) -> dict[str, Any]:
         out["open_checkpoint_s"] = t_ckpt
         out["floor_checkpoint_s"] = min(_floor(path, n) for _ in range(repeat))
         out["floor_every_row_s"] = min(_everything_floor(path) for _ in range(repeat))
+        out["checkpoint_phases_s"] = open_phases(url, repeat)
         # what moved to first use
         mem = Memory.open(url)
         key = FactKey("bench", "s0", "city")

@@ -380,6 +380,13 @@ def _rows_open(d: dict[str, Any] | None) -> list[Row]:
         "of one key / first state_hash() (every key built) (s)",
         f"{fmt(top['first_current_one_key_s'])} / {fmt(top['first_state_hash_all_keys_s'])}",
         "—", "—"))
+    phases = top.get("checkpoint_phases_s")
+    if phases:  # measured since the phase breakdown was added to bench_open
+        out.append(Row(
+            "open", f"… {fmt(top['events'])} events: where the checkpointed open's time goes "
+            f"(s; the floor: sqlite3 reading the same rows, {fmt(top['floor_checkpoint_s'])} s)",
+            "; ".join(f"{name} {fmt(s)}" for name, s in phases.items()), "—",
+            "per-key and per-event Python work bounds the ratio to the floor"))
     out.append(Row(
         "open", "growth exponent of open time, 10^3..10^6: checkpoint with tail / at the "
         "head / full replay",
