@@ -8,7 +8,9 @@ Reads only result files (proofs/results.json, proofs/agreement.json, docs/laws.m
 docs/anomalies.md,
 verdict_matrix/*.csv, paper/data/locomo_ablations.json, benchmarks/results/*.json) and never
 imports toki. A missing result file gives an asset that says "not generated yet (run X)".
-Figures are PDFs written with fixed metadata, so regenerating them gives the same bytes.
+Figures are PDFs written with fixed metadata, so regenerating them gives the same bytes
+(except the embedded font programs, which follow the installed fontTools: `--check` and the
+tests compare the rest, `paper.parts.common.comparable`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from paper.parts.calibration import calibration  # noqa: E402
-from paper.parts.common import Assets, Macros  # noqa: E402
+from paper.parts.common import Assets, Macros, comparable  # noqa: E402
 from paper.parts.locomo import locomo  # noqa: E402
 from paper.parts.performance import performance  # noqa: E402
 from paper.parts.proofs import cited, laws, mutants, proofs  # noqa: E402
@@ -67,7 +69,7 @@ def stale(assets: Assets, out: Path) -> list[str]:
     for name, content in assets.items():
         path = out / name
         data = content.encode() if isinstance(content, str) else content
-        if not path.exists() or path.read_bytes() != data:
+        if not path.exists() or comparable(name, path.read_bytes()) != comparable(name, data):
             diffs.append(name)
     if out.exists():
         diffs += [p.name for p in out.iterdir() if p.is_file() and p.name not in assets]
