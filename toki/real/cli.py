@@ -8,7 +8,7 @@
     toki real scenarios [--json] [--run [--out DIR]]
     toki real scenario NAME [--fixed] [--json] [--out DIR]
     toki real procs toki-sqlite|mem0-1.0.11 --processes N --writes W [--seed S]
-                  [--busy-timeout T] [--repetitions K] [--json] [--out DIR]
+                  [--busy-timeout T] [--repetitions K] [--reload] [--json] [--out DIR]
 
 Real runs write only into --out (default: a new folder under ./toki-out, printed), never
 anywhere else.
@@ -289,6 +289,7 @@ def _cmd_procs(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 repetitions=args.repetitions,
                 system=args.deployment,
+                reload=args.reload,
                 out=out,
             )
     if args.json:
@@ -415,6 +416,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--share", type=float, default=0.5, help="toki-sqlite: share of writes to shared keys"
     )
     pr.add_argument("--repetitions", type=int, default=1, help="mem0: runs (fresh files each)")
+    pr.add_argument(
+        "--reload",
+        action="store_true",
+        help="mem0: each add builds a new Memory first, loading the files (a process per "
+        "request); default: one Memory per process, built before the processes start",
+    )
     pr.add_argument("--out", help="folder for the files and logs (default: under ./toki-out)")
     pr.add_argument("--json", action="store_true", help="machine-readable output")
     pr.set_defaults(handler=_cmd_procs)

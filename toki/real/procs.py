@@ -325,11 +325,18 @@ def run_mem0(
     seed: int = 0,
     repetitions: int = 1,
     system: str = "mem0-1.0.11",
+    reload: bool = False,
     out: Path | None = None,
 ) -> dict[str, Any]:
     """`repetitions` runs of N mem0 processes adding at once over one FAISS path and
     history database (module doc). The workload (which user each add names, its text) is a
-    fixed function of the seed; the interleaving is the operating system's."""
+    fixed function of the seed; the interleaving is the operating system's.
+
+    reload=False: each process builds its Memory once, before the barrier (long-lived
+    workers: each loaded the files while they were empty, so the last saver's memories are
+    all that stay). reload=True: each add builds a new Memory first, loading the files as
+    they are then (a process per request): a memory is lost only when another process saves
+    between this one's load and its save, which the OS interleaving decides."""
     from toki.real.session import WORKER_ROOT
     from toki.real.systems import get_real_system, worker_python
 
@@ -353,6 +360,7 @@ def run_mem0(
             "seed": seed,
             "adds": adds,
             "users": 2,
+            "reload": reload,
             "barrier_timeout": READY_TIMEOUT,
         }
         spec_path = here / "spec.json"
@@ -385,6 +393,7 @@ def run_mem0(
     acked = [r["acknowledged"] for r in runs]
     return {
         "deployment": f"{system}-procs (free-running)",
+        "reload": reload,
         "processes": processes,
         "adds_per_process": adds,
         "seed": seed,
@@ -397,6 +406,8 @@ def run_mem0(
         "locked_surfaced": sum(r["locked_errors"] for r in runs),
         "locked_logged_only": sum(r["locked_logged_only"] for r in runs),
         "index_docstore_mismatches": sum(1 for r in runs if r["index_docstore_mismatch"]),
+        "failed_loads_logged": sum(r["failed_loads_logged"] for r in runs),
+        "errors_surfaced": sum(r["error_count"] for r in runs),
         "ok": not any(r["problems_found"] for r in runs),
         "out": str(root),
     }
@@ -428,6 +439,8 @@ def check_mem0(reports: Sequence[Mapping[str, Any]], files: Mapping[str, Any]) -
     locked = sum(1 for e in errors if "locked" in e or "busy" in e)
     locked += sum(r.get("locked_at_open", 0) for r in reports)
     logged_locked = sum(1 for w in warnings if "locked" in w or "busy" in w)
+    torn = sum(1 for w in warnings if "Failed to load FAISS index" in w)
+    unsaved = sum(1 for w in warnings if "Failed to save FAISS index" in w)
     return {
         "acknowledged": len(acked),
         "stored": len(stored),
@@ -450,8 +463,10 @@ def check_mem0(reports: Sequence[Mapping[str, Any]], files: Mapping[str, Any]) -
         "error_count": len(errors),
         "locked_errors": locked,
         "locked_logged_only": logged_locked,
+        "failed_loads_logged": torn,
+        "failed_saves_logged": unsaved,
         "library_warnings": sorted(set(warnings))[:10],
         "problems_found": bool(
-            lost or history_only or unhistoried or index_mismatch or errors or logged_locked
+            lost or history_only or unhistoried or index_mismatch or errors or logged_locked or torn
         ),
     }

@@ -107,24 +107,27 @@ def _wait(path: Path, timeout: float) -> None:
         time.sleep(0.001)
 
 
+def _build(main: Any, spec: dict[str, Any], counts: dict[str, int], errors: list[str]) -> Any:
+    """mem0's Memory over the shared files (loading them), retrying an open that fails."""
+    for attempt in range(50):
+        try:
+            return main.Memory.from_config(_config(spec))
+        except sqlite3.OperationalError as exc:  # e.g. "database is locked" creating the table
+            counts["locked_at_open"] += "locked" in str(exc) or "busy" in str(exc)
+            errors.append(f"{type(exc).__name__}: {exc}")
+            time.sleep(0.01 * (attempt + 1))
+    raise RuntimeError(f"mem0 Memory could not be built: {errors[-1]}")
+
+
 def add(spec: dict[str, Any], index: int) -> dict[str, Any]:
     capture = Capture()
     logging.getLogger().addHandler(capture)
     main = _install()
     sync = Path(spec["sync"])
     os.makedirs(spec["dir"], exist_ok=True)
-    locked_at_open = 0
+    counts = {"locked_at_open": 0}
     open_errors: list[str] = []
-    for attempt in range(50):
-        try:
-            memory = main.Memory.from_config(_config(spec))
-            break
-        except sqlite3.OperationalError as exc:  # e.g. "database is locked" creating the table
-            locked_at_open += "locked" in str(exc) or "busy" in str(exc)
-            open_errors.append(f"{type(exc).__name__}: {exc}")
-            time.sleep(0.01 * (attempt + 1))
-    else:
-        raise RuntimeError(f"mem0 Memory could not be built: {open_errors[-1]}")
+    memory = _build(main, spec, counts, open_errors)
     (sync / f"ready-{index}").touch()
     _wait(sync / "go", spec["barrier_timeout"])
     rng = random.Random(f"{spec['seed']}/{index}")
@@ -135,6 +138,9 @@ def add(spec: dict[str, Any], index: int) -> dict[str, Any]:
         CURRENT[:] = [text]
         DECIDING.clear()
         try:
+            if spec["reload"]:  # a process per request: it loads the files, then adds
+                memory.db.close()
+                memory = _build(main, spec, counts, open_errors)
             got = memory.add(text, user_id=user)
         except Exception as exc:  # the caller sees it: recorded, and the process goes on
             adds.append({"text": text, "error": f"{type(exc).__name__}: {exc}"})
@@ -146,7 +152,7 @@ def add(spec: dict[str, Any], index: int) -> dict[str, Any]:
     return {
         "process": index,
         "adds": adds,
-        "locked_at_open": locked_at_open,
+        "locked_at_open": counts["locked_at_open"],
         "open_errors": open_errors,
         "warnings": capture.lines,
     }
