@@ -171,3 +171,24 @@ def test_mem0_processes_keep_at_most_one_process_memories(tmp_path: Path) -> Non
     assert run["history_rows"] == n * adds
     assert run["history_without_memory"] == run["lost"]
     assert not report["ok"] and report["runs_with_loss"] == 1
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_mem0_process_per_request_accounts_for_every_add(tmp_path: Path) -> None:
+    """Each add loads the files first, so what is lost depends on the interleaving; what
+    holds under any: every add is either acknowledged or raised to its caller, every
+    acknowledged memory has its history row (the history database loses nothing), and the
+    lost ones are exactly the acknowledged ids the files lack."""
+    require("mem0-1.0.11")
+    n, adds = 2, 6
+    report = run_mem0(n, adds, seed=0, reload=True, out=tmp_path / "mem0")
+    run = report["runs"][0]
+    print(json.dumps(run, indent=1))
+    assert run["acknowledged"] + run["error_count"] == n * adds
+    assert all("Collection not initialized" in e for e in run["errors"])
+    assert run["locked_errors"] == 0 and run["locked_logged_only"] == 0
+    assert run["history_rows"] == run["acknowledged"]
+    assert run["memories_without_history"] == 0
+    assert run["history_without_memory"] == run["lost"]
+    assert sum(int(v) for v in run["lost_by_process"].values()) == run["lost"]
