@@ -81,11 +81,13 @@ def test_the_workload_is_a_function_of_the_seed() -> None:
 @pytest.mark.slow
 def test_three_processes_on_one_toki_store_lose_nothing(tmp_path: Path) -> None:
     """3 processes x 15 writes, a zero busy timeout so that they meet the lock (StoreBusy,
-    retried): every check passes, and the checker, given the log with one acknowledged
+    retried), each writing a checkpoint after every 4 of its writes: every check passes, and the checker, given the log with one acknowledged
     write dropped, reports exactly that write."""
     seed = 0
     print(f"seed={seed}")
-    report = run_toki_sqlite(3, 15, seed=seed, busy_timeout=0.0, out=tmp_path / "run")
+    report = run_toki_sqlite(
+        3, 15, seed=seed, busy_timeout=0.0, checkpoint_every=4, out=tmp_path / "run"
+    )
     assert report["problems"] == {
         "lost": [],
         "failed_but_logged": [],
@@ -99,6 +101,9 @@ def test_three_processes_on_one_toki_store_lose_nothing(tmp_path: Path) -> None:
     raised = report["store_raised"]
     assert report["attempts"] == 45 + raised["busy_write"] + raised["other_errors"]
     assert raised["given_up"] == 0 and raised["other_errors"] == 0
+    # checkpoints written while the others wrote: the checkpointed open used one
+    assert "refused" not in report["opened_from"]
+    assert report["opened_from"].startswith("checkpoint at seq") == (raised["checkpoints"] > 0)
 
     store = SQLiteStore(report["store"], existing=True)
     events, _ = store.load_log()

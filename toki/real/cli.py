@@ -8,7 +8,8 @@
     toki real scenarios [--json] [--run [--out DIR]]
     toki real scenario NAME [--fixed] [--json] [--out DIR]
     toki real procs toki-sqlite|mem0-1.0.11 --processes N --writes W [--seed S]
-                  [--busy-timeout T] [--repetitions K] [--reload] [--json] [--out DIR]
+                  [--busy-timeout T] [--checkpoint-every N]
+                  [--repetitions K] [--reload] [--json] [--out DIR]
 
 Real runs write only into --out (default: a new folder under ./toki-out, printed), never
 anywhere else.
@@ -280,6 +281,7 @@ def _cmd_procs(args: argparse.Namespace) -> int:
                 private_keys=args.private_keys,
                 share=args.share,
                 busy_timeout=args.busy_timeout,
+                checkpoint_every=args.checkpoint_every,
                 out=out,
             )
         else:
@@ -409,6 +411,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         help="toki-sqlite: seconds SQLite waits for the lock before StoreBusy (default 30)",
+    )
+    pr.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        help="toki-sqlite: each process writes a checkpoint after every N of its writes "
+        "(default 0: when toki's policy says one is due)",
     )
     pr.add_argument("--shared-keys", type=int, default=2, help="toki-sqlite: keys all write")
     pr.add_argument("--private-keys", type=int, default=2, help="toki-sqlite: keys per process")

@@ -192,12 +192,15 @@ def run_toki_sqlite(
     private_keys: int = 2,
     share: float = 0.5,
     busy_timeout: float = 30.0,
+    checkpoint_every: int = 0,
     out: Path | None = None,
 ) -> dict[str, Any]:
     """N processes writing one toki SQLite store at once, then the checks (module doc).
     busy_timeout: how long SQLite's busy handler waits for the lock before the store raises
-    StoreBusy (a short one makes the processes meet it). Returns a JSON-ready report whose
-    `ok` says whether every check passed."""
+    StoreBusy (a short one makes the processes meet it). checkpoint_every: each process
+    also writes a checkpoint after every that many of its writes, while the others write
+    (0: only when toki's own policy says one is due). Returns a JSON-ready report whose `ok`
+    says whether every check passed."""
     from toki.memory import Memory
     from toki.store.audit import verify_store
     from toki.store.sqlite import SQLiteStore
@@ -212,6 +215,7 @@ def run_toki_sqlite(
         raise InvalidInput("--share", f"{share} is not a probability in [0, 1]")
     if busy_timeout < 0:
         raise InvalidInput("--busy-timeout", f"{busy_timeout} < 0")
+    _positive("--checkpoint-every", checkpoint_every, 0)
     root = Path(tempfile.mkdtemp(prefix="toki-procs-")) if out is None else out
     sync = _fresh(root / "sync")
     path = root / "store.db"
@@ -225,6 +229,7 @@ def run_toki_sqlite(
         "private_keys": private_keys,
         "share": share,
         "busy_timeout": busy_timeout,
+        "checkpoint_every": checkpoint_every,
         "barrier_timeout": READY_TIMEOUT,
     }
     spec_path = root / "spec.json"
@@ -243,15 +248,17 @@ def run_toki_sqlite(
     logged = [Logged(e.version.id, e.version.source_id) for e in events if e.version is not None]
     attempts = [a for r in reports for a in r["attempts"]]
     problems = check_attempts(attempts, logged)
-    hashes = {}
-    for how, from_checkpoint in (("checkpoint", True), ("full_replay", False)):
-        memory = Memory(SQLiteStore(path, existing=True), from_checkpoint=from_checkpoint)
-        hashes[how] = memory.state_hash()
-        final = memory
-        if from_checkpoint:
-            memory.close()
-    private = _private_ends(final, reports)
-    final.close()
+    # the open every process does (from the checkpoint, if one was written) against a
+    # replay of the whole log; both read-only, so the check writes nothing
+    checkpointed = Memory(SQLiteStore(path, existing=True))
+    opened = checkpointed.open_report
+    opened_from = "empty store" if opened is None else opened.opened_from
+    hashes = {"checkpoint": checkpointed.state_hash()}
+    checkpointed.close()
+    replayed = Memory(SQLiteStore(path, existing=True), from_checkpoint=False)
+    hashes["full_replay"] = replayed.state_hash()
+    private = _private_ends(replayed, reports)
+    replayed.close()
     seen = {r["process"]: r["seen"]["state_hash"] for r in reports}
     problems["private_order"] = private
     problems["replay"] = (
@@ -265,7 +272,14 @@ def run_toki_sqlite(
     ]
     counts = {
         k: sum(r["counts"][k] for r in reports)
-        for k in ("busy_open", "busy_write", "other_errors", "given_up")
+        for k in (
+            "busy_open",
+            "busy_write",
+            "busy_checkpoint",
+            "other_errors",
+            "given_up",
+            "checkpoints",
+        )
     }
     acknowledged = sum(1 for a in attempts if "version_id" in a)
     return {
@@ -290,6 +304,7 @@ def run_toki_sqlite(
         ],
         "verify": verified.describe(),
         "state_hash": hashes["full_replay"],
+        "opened_from": opened_from,
         "problems": problems,
         "ok": not any(problems.values()),
         "seconds": round(seconds, 2),

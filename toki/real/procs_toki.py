@@ -84,7 +84,14 @@ def _write_one(memory: Memory, name: str, value: str, sid: str, mine: dict[str, 
 
 def run(spec: dict[str, Any], index: int) -> dict[str, Any]:
     sync = Path(spec["sync"])
-    counts = {"busy_open": 0, "busy_write": 0, "other_errors": 0, "given_up": 0}
+    counts = {
+        "busy_open": 0,
+        "busy_write": 0,
+        "busy_checkpoint": 0,
+        "other_errors": 0,
+        "given_up": 0,
+        "checkpoints": 0,
+    }
     memory = _open(spec, counts)
     (sync / f"ready-{index}").touch()
     _wait(sync / "go", spec["barrier_timeout"])
@@ -131,6 +138,12 @@ def run(spec: dict[str, Any], index: int) -> dict[str, Any]:
             break
         else:
             counts["given_up"] += 1
+        every = spec["checkpoint_every"]
+        if every and (i + 1) % every == 0:  # while the others keep writing
+            try:
+                counts["checkpoints"] += memory.checkpoint() is not None
+            except StoreBusy:
+                counts["busy_checkpoint"] += 1
     stats = memory.write_stats
     (sync / f"done-{index}").touch()
     _wait(sync / "finish", spec["barrier_timeout"])
