@@ -53,6 +53,7 @@ def test_the_checker_names_exactly_what_a_doctored_log_changed(
         problems = check_attempts(attempts, [e for e in logged if e.version_id != f"v-{gone}"])
         assert [p.split(":")[0] for p in problems["lost"]] == [f"p0-w{gone}-a0"]
         assert not problems["failed_but_logged"] and not problems["unclaimed"]
+        assert not problems["duplicated"]
     if failed:  # a write reported failed is in the log after all
         bad = data.draw(st.sampled_from(failed))
         problems = check_attempts(attempts, [*logged, Logged("v-x", f"p0-w{bad}-a0")])
@@ -60,6 +61,10 @@ def test_the_checker_names_exactly_what_a_doctored_log_changed(
         assert not problems["lost"] and not problems["unclaimed"]
     problems = check_attempts(attempts, [*logged, Logged("v-y", "nobody")])
     assert problems["unclaimed"] == ["nobody: logged as v-y, written by no attempt"]
+    if acked:  # one write's source id under a second version
+        twice = data.draw(st.sampled_from(acked))
+        problems = check_attempts(attempts, [*logged, Logged("v-z", f"p0-w{twice}-a0")])
+        assert problems["duplicated"] == [f"p0-w{twice}-a0: logged as v-{twice} and as v-z"]
 
 
 def test_an_acknowledged_id_logged_under_another_version_is_lost() -> None:
@@ -92,6 +97,7 @@ def test_three_processes_on_one_toki_store_lose_nothing(tmp_path: Path) -> None:
         "lost": [],
         "failed_but_logged": [],
         "unclaimed": [],
+        "duplicated": [],
         "private_order": [],
         "replay": [],
         "verify": [],

@@ -12,7 +12,7 @@ function of the seed. A file barrier makes them start writing together, so they 
 * `run_toki_sqlite`: N processes (`toki.real.procs_toki`) open one toki SQLite store and
   assert / supersede facts on shared and private keys, retrying `StoreBusy`. Checks: every
   acknowledged write is in the log under the version id it was acknowledged with; no attempt
-  reported failed is in the log; nothing is in the log that no attempt wrote; each private
+  reported failed is in the log; nothing is in it that no attempt wrote, or twice; each private
   key ends at its process's last write; `verify` (chain, projection against the log) passes;
   a full replay and the checkpointed open give one state hash, and every process, caught up
   after all have written, sees that same state.
@@ -68,10 +68,14 @@ def check_attempts(
     store acknowledged it) or `error` (the store reported it failed). Returns the problems
     by check, each a sentence naming the attempt: `lost` (acknowledged, not in the log, or
     in it under another id), `failed_but_logged` (reported failed, yet in the log),
-    `unclaimed` (in the log, written by no attempt)."""
-    by_source = {}
+    `unclaimed` (in the log, written by no attempt), `duplicated` (one attempt's source id
+    under several versions)."""
+    by_source: dict[str, str] = {}
+    duplicated = []
     for entry in logged:
-        by_source[entry.source_id] = entry.version_id
+        first = by_source.setdefault(entry.source_id, entry.version_id)
+        if first != entry.version_id:
+            duplicated.append(f"{entry.source_id}: logged as {first} and as {entry.version_id}")
     lost, failed_but_logged = [], []
     for a in attempts:
         sid = str(a["source_id"])
@@ -89,7 +93,12 @@ def check_attempts(
     unclaimed = [
         f"{s}: logged as {v}, written by no attempt" for s, v in by_source.items() if s not in tried
     ]
-    return {"lost": lost, "failed_but_logged": failed_but_logged, "unclaimed": unclaimed}
+    return {
+        "lost": lost,
+        "failed_but_logged": failed_but_logged,
+        "unclaimed": unclaimed,
+        "duplicated": duplicated,
+    }
 
 
 # -- running N processes behind a file barrier ---------------------------------------------
