@@ -7,6 +7,9 @@
     toki real replay WITNESS [--json]
     toki real scenarios [--json] [--run [--out DIR]]
     toki real scenario NAME [--fixed] [--json] [--out DIR]
+    toki real procs toki-sqlite|mem0-1.0.11 --processes N --writes W [--seed S]
+                  [--busy-timeout T] [--checkpoint-every N]
+                  [--repetitions K] [--reload] [--json] [--out DIR]
 
 Real runs write only into --out (default: a new folder under ./toki-out, printed), never
 anywhere else.
@@ -259,6 +262,46 @@ def _cmd_scenario(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _cmd_procs(args: argparse.Namespace) -> int:
+    from toki.cli_input import remove_if_left_empty
+    from toki.real.procs import run_mem0, run_toki_sqlite
+
+    toki = args.deployment == "toki-sqlite"
+    if toki and args.repetitions != 1:
+        raise InvalidInput("--repetitions", "toki-sqlite runs once per call", "drop it")
+    existed = args.out is not None and Path(args.out).exists()
+    out = out_dir(args.out, "procs-" + args.deployment)
+    with remove_if_left_empty(out, existed):
+        if toki:
+            data = run_toki_sqlite(
+                args.processes,
+                args.writes,
+                seed=args.seed,
+                shared_keys=args.shared_keys,
+                private_keys=args.private_keys,
+                share=args.share,
+                busy_timeout=args.busy_timeout,
+                checkpoint_every=args.checkpoint_every,
+                out=out,
+            )
+        else:
+            data = run_mem0(
+                args.processes,
+                args.writes,
+                seed=args.seed,
+                repetitions=args.repetitions,
+                system=args.deployment,
+                reload=args.reload,
+                out=out,
+            )
+    if args.json:
+        _print(data)
+    else:
+        for key, value in data.items():
+            print(f"{key}: {value}")
+    return 0 if data["ok"] else 1  # a check found something (as run --check)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = TokiParser(
         prog="toki real", description="Drive real memory libraries under toki's scheduler."
@@ -350,6 +393,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sc.add_argument("--json", action="store_true", help="machine-readable output")
     sc.set_defaults(handler=_cmd_scenario)
+
+    pr = sub.add_parser(
+        "procs",
+        help="several free-running OS processes on one SQLite file, then check what they left",
+    )
+    pr.add_argument(
+        "deployment",
+        choices=["toki-sqlite", "mem0-1.0.11"],
+        help="toki's SQLite store, or mem0 1.0.11's FAISS files and history database",
+    )
+    pr.add_argument("--processes", type=int, default=4, help="OS processes (default 4)")
+    pr.add_argument("--writes", type=int, default=50, help="writes (adds) per process")
+    pr.add_argument("--seed", type=int, default=0, help="workload seed (not the interleaving)")
+    pr.add_argument(
+        "--busy-timeout",
+        type=float,
+        default=30.0,
+        help="toki-sqlite: seconds SQLite waits for the lock before StoreBusy (default 30)",
+    )
+    pr.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        help="toki-sqlite: each process writes a checkpoint after every N of its writes "
+        "(default 0: when toki's policy says one is due)",
+    )
+    pr.add_argument("--shared-keys", type=int, default=2, help="toki-sqlite: keys all write")
+    pr.add_argument("--private-keys", type=int, default=2, help="toki-sqlite: keys per process")
+    pr.add_argument(
+        "--share", type=float, default=0.5, help="toki-sqlite: share of writes to shared keys"
+    )
+    pr.add_argument("--repetitions", type=int, default=1, help="mem0: runs (fresh files each)")
+    pr.add_argument(
+        "--reload",
+        action="store_true",
+        help="mem0: each add builds a new Memory first, loading the files (a process per "
+        "request); default: one Memory per process, built before the processes start",
+    )
+    pr.add_argument("--out", help="folder for the files and logs (default: under ./toki-out)")
+    pr.add_argument("--json", action="store_true", help="machine-readable output")
+    pr.set_defaults(handler=_cmd_procs)
     return parser
 
 

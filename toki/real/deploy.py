@@ -5,7 +5,8 @@ separate processes of one service would (the worker's config "deployment": "proc
 adapters that support it: mem0). What processes share is then the files, not the objects:
 mem0's FAISS store keeps its index and docstore in memory and saves both files whole on
 every write, so each write of one process declares a write of the files, and a reader is a
-fresh instance that loads them (what a new process would be served).
+fresh instance that loads them (what a new process would be served). Real OS processes,
+free-running and unscheduled, are `toki.real.procs` (`toki real procs`).
 """
 
 from __future__ import annotations

@@ -171,8 +171,10 @@ class GraphitiHost:
         return claims_in_stored_order(
             workload,
             observation.get("episodes") or [],
-            lambda c, episode: fact_of(c.key, c.value) == episode.get("content")
-            and _iso_day({"start": c.start}) == episode.get("valid_at"),
+            lambda c, episode: (
+                fact_of(c.key, c.value) == episode.get("content")
+                and _iso_day({"start": c.start}) == episode.get("valid_at")
+            ),
         )
 
     def recover(
