@@ -238,3 +238,28 @@ def test_the_committed_agreement_table_rebuilds_from_the_matrix_files(tmp_path: 
     assert all(len(r["model_hash"]) == 12 and r["fitted"] in ("yes", "no") for r in table)
     mem0_rd = [r for r in table if r["real"] == "mem0-1.0.11" and r["anomaly"] == "RD"]
     assert mem0_rd and all(r["agree"] == "yes" or r["fitted"] == "yes" for r in mem0_rd)
+
+
+def test_letta_small_row_stands_beside_its_model_and_its_agreement_rebuilds(
+    tmp_path: Path,
+) -> None:
+    """verdict_matrix/letta-small (issue #33): Letta's real row at a small budget. Its agreement
+    table is a function of its matrix.csv and workloads.csv (rebuilt byte for byte), every
+    N1-N3 cell of the real row is compared with the model's, and every "admits" names a
+    witness file that is there."""
+    import shutil
+
+    folder = Path(__file__).resolve().parents[2] / "verdict_matrix" / "letta-small"
+    for name in ("matrix.csv", "workloads.csv", "matrix.toml"):
+        shutil.copy(folder / name, tmp_path / name)
+    assert ag.main([str(tmp_path), "--real-budget", "lettasmall"]) == 0
+    for name in ("agreement.csv", "agreement.md"):
+        assert (tmp_path / name).read_text() == (folder / name).read_text(), name
+    table = _read(folder / "agreement.csv")
+    assert {(r["model"], r["real"]) for r in table} == {("letta", "letta-0.16.8")}
+    assert {(r["faults"], r["anomaly"]) for r in table} == {
+        (f, a) for f in ("none", "crash") for a in ("N1", "RD", "N2", "N3")
+    }
+    rows = [r for r in _read(folder / "matrix.csv") if r["system"] == "letta-0.16.8 (real)"]
+    admits = [r for r in rows if r["verdict"] == "admits"]
+    assert admits and all((folder / r["witness"]).is_file() for r in admits)
