@@ -144,10 +144,16 @@ def matrix(root: Path, m: Macros) -> Assets:
 
 def real_checked(root: Path) -> set[str]:
     """The model rows a real library was run beside (the `model` column of
-    verdict_matrix/agreement.csv, `toki matrix --real`): the table marks them R; every other
-    row is checked only on its model."""
-    text = read(root, "verdict_matrix/agreement.csv")
-    rows = _csv_rows(text) if text and text.strip() else []
+    verdict_matrix/agreement.csv, `toki matrix --real`, and of the agreement tables of
+    single-row runs in its subfolders, such as letta-small/): the table marks them R; every
+    other row is checked only on its model."""
+    files = ["verdict_matrix/agreement.csv"] + sorted(
+        str(p.relative_to(root)) for p in (root / "verdict_matrix").glob("*/agreement.csv")
+    )
+    rows = []
+    for rel in files:
+        text = read(root, rel)
+        rows += _csv_rows(text) if text and text.strip() else []
     return {r["model"] for r in rows if r.get("model") and r.get("real")}
 
 
