@@ -196,7 +196,8 @@ def real_program(
     if plan.dies and not session.info.get("restartable"):
         raise WorkerError(
             f"system {system.name!r}: its adapter cannot reopen the library from its files "
-            "(no restart hook), so restart and torn faults do not apply"
+            "in a new process (no reopen/handover/resume hooks), so restart and torn faults "
+            "do not apply"
         )
     if plan.torn and not session.info.get("tearable"):
         raise WorkerError(
