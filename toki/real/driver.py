@@ -84,6 +84,9 @@ class RealRun:
     recovered_pinned: Any = None  # the same recovery with the live judge pinned (N1 vs RD)
     judge_calls: int = 0  # questions the live write path asked the judge
     restart: Mapping[str, Any] | None = None  # after a process death: the reopened library
+    # the OS pids of the worker that died and of the one that reopened the library (not part
+    # of the record: pids differ between runs of the same schedule)
+    worker_pids: tuple[int, int] | None = field(default=None, compare=False)
 
     @property
     def record(self) -> dict[str, Any]:
@@ -144,6 +147,7 @@ class LiveTrace:
         self.judge_calls = 0  # questions the live write path asked the judge (this world)
         self.armed: dict[int, int] = {}  # agent -> injected failures waiting for its next call
         self.dead = False  # the worker process died in this world (restart or torn fault)
+        self.pids: tuple[int, int] | None = None  # the dead worker's pid, the new one's
         self.at: dict[int, int | None] = {}  # agent -> the claim of the point it is parked at
         self.rotation: dict[int, int] = {}  # agent -> task choices fired since its last step
         self.switched: dict[int, int] = {}  # agent -> task choices fired in this world
@@ -192,7 +196,8 @@ def real_program(
     if plan.dies and not session.info.get("restartable"):
         raise WorkerError(
             f"system {system.name!r}: its adapter cannot reopen the library from its files "
-            "(no restart hook), so restart and torn faults do not apply"
+            "in a new process (no reopen/handover/resume hooks), so restart and torn faults "
+            "do not apply"
         )
     if plan.torn and not session.info.get("tearable"):
         raise WorkerError(
@@ -306,6 +311,10 @@ def real_program(
 
     def die() -> None:
         out = session.call("kill", tear=bool(plan.torn))
+        dead = session.pid
+        session.respawn()  # SIGKILL, then a new worker process for the same files
+        session.call("resume", handover=out["handover"])
+        live.pids = (dead, session.pid)
         live.dead = True
         live.trace.append(
             {
@@ -321,6 +330,7 @@ def real_program(
         live.judge_calls = 0
         live.armed = {}
         live.dead = False
+        live.pids = None
         live.at = {}
         live.rotation = {}
         live.switched = {}
@@ -372,16 +382,18 @@ def finish_run(
         recovered_pinned=pinned,
         judge_calls=live.judge_calls,
         restart=restart,
+        worker_pids=live.pids,
     )
 
 
 def _restart(
     system: RealSystem, session: Session, live: LiveTrace, judge: Picker | None
 ) -> dict[str, Any]:
-    """After a process death: reopen the library from its own files in a fresh instance,
-    let each killed client retry, serially, the claims it was not acknowledged (from the
-    one it was working on), then ask the library to answer a search for each memory it
-    serves (`probe`) and count its own index (`integrity`)."""
+    """After a process death (`die` killed the worker and started a new process that took
+    over its run): the new process opens the library from its own files, then each killed
+    client retries, serially, the claims it was not acknowledged (from the one it was
+    working on), then the library is asked to answer a search for each memory it serves
+    (`probe`) and to count its own index (`integrity`)."""
     assert live.workload is not None
     killed: list[Any] = next(
         (t.get("killed") or [] for t in live.trace if t.get("fault") in DEATHS), []

@@ -10,9 +10,10 @@
   messages and SQL statements `locked`, inserts `unique`, LLM calls `timeout`, anything
   else `reset`).
 * `restart:1`: the process dies between two gate points (choice "restart"): every agent
-  stops where it is, the library's files stay as last written. Then the library is
-  reopened from its own files in a fresh instance, each client retries the claims it was
-  not acknowledged, serially, and the reopened state is checked (`toki.real.restart`).
+  stops where it is, the library's files stay as last written, and the worker process is
+  killed (SIGKILL). Then a new worker process reopens the library from its own files, each
+  client retries the claims it was not acknowledged, serially, and the reopened state is
+  checked (`toki.real.restart`).
 * `torn:1`: as restart (choice "torn"), but the process dies *during* the last write of one
   of the library's durable files: that file keeps only the first half of what the write
   wrote.

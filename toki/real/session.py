@@ -5,6 +5,10 @@ PYTHONPATH and a scrubbed environment (no proxies, no API keys, the system's tel
 switches, a private HOME), then exchanges one JSON object per line each way. Every response
 carries the network attempts the guard refused; any at all make the call raise
 `NetworkRefused`, naming the library's frame that tried.
+
+`respawn` is a process death and restart: the worker is killed (SIGKILL: no flush, no exit
+handler, no `finally`) and a new one is started for the same system, with the same
+environment and HOME; nothing of the dead process's memory reaches it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -56,26 +61,56 @@ class Session:
         )
         self.log_path = self._log.name
         self.keep_log = False  # set when something failed: the log explains it
+        self._argv = [python, "-u", "-m", "inenv", adapter]
+        self._env = base
+        self.start_seconds: list[float] = []  # how long each worker took to be ready
+        self._start()
+
+    def _start(self) -> None:
+        t0 = time.perf_counter()
         try:
             self._proc = subprocess.Popen(
-                [python, "-u", "-m", "inenv", adapter],
+                self._argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=self._log,
-                env=base,
+                env=self._env,
                 text=True,
                 encoding="utf-8",
                 cwd=self._home.name,
             )
         except OSError as exc:
-            raise WorkerError(f"system {system!r}: cannot start {python}: {exc}") from exc
+            raise WorkerError(
+                f"system {self.system!r}: cannot start {self._argv[0]}: {exc}"
+            ) from exc
         ready = self._read()
         if not ready.get("ok"):
             raise WorkerError(
-                f"system {system!r}: the worker could not load the library: "
+                f"system {self.system!r}: the worker could not load the library: "
                 f"{ready.get('error')} (log: {self.log_path})"
             )
         self.info = self.call("hello")
+        self.start_seconds.append(time.perf_counter() - t0)
+
+    @property
+    def pid(self) -> int:
+        """The worker's OS process id (a respawn changes it)."""
+        return self._proc.pid
+
+    def respawn(self) -> int:
+        """Kill the worker with SIGKILL, as a death is, and start a new one for the same
+        system (same interpreter, adapter, environment, HOME and log); returns the new pid.
+        The new worker has loaded the library and answered `hello`; it has opened nothing."""
+        old = self._proc
+        old.kill()
+        old.wait()
+        for stream in (old.stdin, old.stdout):
+            if stream is not None:
+                stream.close()
+        self._log.write(f"\n--- toki: worker {old.pid} killed (SIGKILL); a new worker starts\n")
+        self._log.flush()
+        self._start()
+        return self._proc.pid
 
     def _read(self) -> dict[str, Any]:
         assert self._proc.stdout is not None

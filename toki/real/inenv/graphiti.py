@@ -534,10 +534,25 @@ class Adapter:
         `<path>.wal`): what a restarted process opens."""
         return [] if self.path is None else [self.path, self.path + ".wal"]
 
+    def handover(self) -> dict[str, Any]:
+        """What a restarted process is started with: the database file's path, the groups,
+        the adapter's own step log; no Graphiti or Kuzu object (server.py, `resume`)."""
+        return {"path": self.path, "groups": self.groups, "steps": self.steps, "bound": self.bound}
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """In a new worker process: take over a dead one's run; `reopen` opens the files."""
+        if self.root is None:
+            self.root = tempfile.mkdtemp(prefix="toki-real-kuzu-")
+        self.path = str(state["path"])
+        self.groups = list(state["groups"])
+        self.steps = list(state["steps"])
+        self.bound = dict(state["bound"])
+
     def reopen(self) -> None:
-        """A fresh Graphiti over the files the dead process left: their bytes are copied
-        into a new folder first (what is on disk at the death; nothing of the dead instance
-        is flushed into them), then the dead instance's handles are let go."""
+        """A fresh Graphiti, in the new worker process, over the files the dead process
+        left: their bytes are copied into a new folder first (what is on disk at the death),
+        and Kuzu is tried on a scratch copy in a process of its own (a replay that crashes
+        the engine must not take the worker with it)."""
         assert self.path is not None
         folder, trial = self._new_dir(), self._new_dir()
         for f in self.durable_files():

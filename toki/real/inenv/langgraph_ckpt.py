@@ -76,11 +76,12 @@ class Adapter:
             d: importlib.metadata.version(d)
             for d in ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-postgres")
         }
-        self.ids = itertools.count(1)
+        self.ids = 0  # checkpoint ids drawn (uuid6)
 
         def uuid6(node: Any = None, clock_seq: Any = None) -> uuid.UUID:
             # version 6, variant RFC 4122, the counter in the top 48 bits: sorts like uuid6
-            return uuid.UUID(int=(next(self.ids) << 80) | (0x6 << 76) | (0x8 << 60))
+            self.ids += 1
+            return uuid.UUID(int=(self.ids << 80) | (0x6 << 76) | (0x8 << 60))
 
         lg_checkpoint.uuid6 = uuid6
         ctl = controller
@@ -148,7 +149,7 @@ class Adapter:
         import psycopg
 
         self.close()
-        self.ids = itertools.count(1)
+        self.ids = 0
         self.effects, self.steps, self.instance = [], [], 0
         self.barrier, self.inflight = bool(config.get("barrier")), set()
         self.dsn = str(config["dsn"])
@@ -169,9 +170,32 @@ class Adapter:
         self.stack.callback(conn.close)
         return self.Saver(conn)
 
+    def handover(self) -> dict[str, Any]:
+        """What a restarted process is started with: the DSN and schema, the id stream's
+        position (a restarted service does not re-draw ids), and the adapter's records of
+        the run (side effects that ran, steps); no connection (server.py, `resume`)."""
+        return {
+            "dsn": self.dsn,
+            "schema": self.schema,
+            "url": self.url,
+            "ids": self.ids,
+            "effects": self.effects,
+            "steps": self.steps,
+            "instance": self.instance,
+            "barrier": self.barrier,
+        }
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """In a new worker process: take over a dead one's run; `reopen` connects."""
+        self.dsn, self.schema, self.url = str(state["dsn"]), str(state["schema"]), state["url"]
+        self.ids = int(state["ids"])
+        self.effects, self.steps = list(state["effects"]), list(state["steps"])
+        self.instance, self.barrier = int(state["instance"]), bool(state["barrier"])
+
     def reopen(self) -> None:
-        """A fresh process: the dead one's connection is dropped unclosed; what the saver
-        committed is what there is. The next `run` makes its saver on the same schema."""
+        """In the new worker process (the dead one's connections died with it, unclosed):
+        what the saver committed is what there is. The next `run` makes its saver on the
+        same schema."""
         self.instance += 1
         self.inflight = set()
         self.reader = self._saver()

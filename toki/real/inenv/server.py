@@ -12,9 +12,14 @@ attempts the guard refused since the previous response. Operations:
   step {..., fail: kind}         -> the call is not made: an injected error is raised there
   crash {agent}                  -> abandon the agent where it is parked
   kill {tear}                    -> the process dies: every agent abandoned; with tear, the
-                                    last write of a durable file reaches disk only in part
-  reopen                         -> a fresh instance from the library's own files (restart);
-                                    "failed" says why they do not open, if they do not
+                                    last write of a durable file reaches disk only in part;
+                                    "handover" is what the next process is started with (the
+                                    host then kills this one with SIGKILL)
+  resume {handover}              -> (in a new worker) take over a dead worker's run: the
+                                    clock and id streams, the record of what readers were
+                                    served, the adapter's configuration; nothing is opened
+  reopen                         -> the library opens its own files (restart); "failed" says
+                                    why they do not open, if they do not
   probe {queries}                -> what the library answers to searches (after a restart)
   observe                        -> the library's state through its own API and records
   recover {config}               -> what the library's own recovery rebuilds (if it has one)
@@ -24,6 +29,16 @@ Agent state: {"state": "parked", "point": {agent, kind, name, detail, reads, wri
 "parked": [every parked point of the agent, by task number]} or
 {"state": "done", "outcome": ...}. After a step whose point writes shared state the adapter's
 `snapshot()` is recorded (what a reader would be served at that moment: N3 needs it).
+
+A restart is two processes: `kill` in the dying worker returns the handover, the host
+kills that worker and starts a new one, `resume` gives it the handover and `reopen` opens
+the library there. The handover carries no state of the library: the controller's clock and
+id streams (a restarted service neither rewinds time nor re-draws ids: the run stays a
+function of the schedule), the host's records (the timeline, points released), the dead
+worker's scratch folder (removed at the next `open` or `close`) and what the adapter's
+`handover()` returns: the configuration a restarted process is started with (file paths, a
+DSN) and the adapter's own records of the run (its step log), never a library object.
+An adapter that can restart has `reopen`, `handover` and `resume(state)`.
 
 The library's own prints go to stderr: the protocol owns the real stdout.
 """
@@ -64,10 +79,16 @@ class Worker:
         self.timeline: list[Any] = []
         self.files = faults.FileWatch()
         self.released_before = 0  # points released before the last restart (timeline index)
+        self.stale: list[str] = []  # scratch folders of dead workers whose files this one uses
 
     def _durable(self) -> list[str]:
         files = getattr(self.adapter, "durable_files", None)
         return list(files()) if files is not None else []
+
+    def _drop_stale(self) -> None:
+        for path in self.stale:
+            shutil.rmtree(path, ignore_errors=True)
+        self.stale = []
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
@@ -77,7 +98,9 @@ class Worker:
                 "protocol": PROTOCOL,
                 "python": sys.version.split()[0],
                 **self.adapter.describe(),
-                "restartable": hasattr(self.adapter, "reopen"),
+                "restartable": all(
+                    hasattr(self.adapter, hook) for hook in ("reopen", "handover", "resume")
+                ),
                 "tearable": hasattr(self.adapter, "durable_files"),
                 "is_async": bool(getattr(self.adapter, "is_async", False)),
                 "units": bool(
@@ -87,6 +110,7 @@ class Worker:
         if op == "open":
             ctl.reset(int(req.get("seed", 0)))
             self.adapter.open(dict(req.get("config") or {}))
+            self._drop_stale()
             self.timeline = []
             self.released_before = 0
             self.files.reset(self._durable())
@@ -125,7 +149,32 @@ class Worker:
             last = self.files.last() if req.get("tear") else None
             if last is not None:
                 torn = faults.tear(last)
-            return {"killed": killed, "torn": torn}
+            root = getattr(self.adapter, "root", None)
+            handover = {
+                "clock": {
+                    "seed": ctl.seed,
+                    "ticks": ctl.clock_ticks,
+                    "ids": dict(ctl.ids),
+                    "vclock": ctl.vclock,
+                },
+                "released": self.released_before + len(ctl.executed),
+                "timeline": self.timeline,
+                "stale": [*self.stale, *([root] if isinstance(root, str) else [])],
+                "adapter": self.adapter.handover() if hasattr(self.adapter, "handover") else None,
+            }
+            return {"killed": killed, "torn": torn, "handover": handover}
+        if op == "resume":
+            state = dict(req["handover"])
+            clock = state["clock"]
+            ctl.reset(int(clock["seed"]))
+            ctl.clock_ticks = int(clock["ticks"])
+            ctl.ids = {str(k): int(v) for k, v in clock["ids"].items()}
+            ctl.vclock = float(clock["vclock"])
+            self.released_before = int(state["released"])
+            self.timeline = list(state["timeline"])
+            self.stale = [str(p) for p in state["stale"]]
+            self.adapter.resume(state["adapter"])
+            return {"pid": os.getpid()}
         if op == "reopen":
             self.released_before += len(ctl.executed)
             ctl.restart()
@@ -158,6 +207,7 @@ class Worker:
             root = getattr(self.adapter, "root", None)  # the adapter's scratch folder
             if isinstance(root, str):
                 shutil.rmtree(root, ignore_errors=True)
+            self._drop_stale()
             # what the library does at exit (e.g. flush queued telemetry) happens now, while
             # the guard can still report it
             exit_handlers = getattr(atexit, "_run_exitfuncs", None)
