@@ -203,7 +203,8 @@ def test_mem0_1_a_failed_delete_is_left_out_of_the_result(mem0_1: Session) -> No
     assert not check_faults(system, MANAGER, rr)["silent-failure"].found
 
 
-@pytest.mark.real
+@pytest.mark.heavy  # 2 x 102 schedules, each with a worker's death and restart: 230 s; CI
+@pytest.mark.real  # reproduces and replays the same report as scenario mem0-7117 instead
 @pytest.mark.slow
 def test_dpor_finds_the_torn_wrong_answer_and_its_witness_replays(tmp_path: Path) -> None:
     require("mem0-1.0.11")
