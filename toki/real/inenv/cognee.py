@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import importlib
 import importlib.metadata
 import inspect
 import os
@@ -334,6 +335,8 @@ class Adapter:
         """datetime, uuid4 and the module-level asyncio locks of cognee's modules."""
         import datetime as _dt
 
+        # the module, not the function `cognee.infrastructure.locks` exports under its name
+        dataset_lock = importlib.import_module("cognee.infrastructure.locks.dataset_lock")
         clock = type("CogneeClock", (stubs.GatedDatetime,), {"gated": False})
         fake_uuid = types.SimpleNamespace(**{**vars(_uuid), "uuid4": stubs.uuid4})
         for name, module in list(sys.modules.items()):
@@ -348,6 +351,14 @@ class Adapter:
             for attr, value in list(vars(module).items()):
                 if isinstance(value, asyncio.Lock):  # e.g. create_db_and_tables' lock
                     setattr(module, attr, LoopLock(self))
+        # the per-dataset locks, made on first use (`get_dataset_lock`): every pipeline run
+        # (add's, cognify's) holds its dataset's lock throughout, across its gate points;
+        # an asyncio.Lock there left the other agent awaiting a future of a lock the parked
+        # agent held, which no gate point could release (GateTimeout, agent 1 in `add`)
+        dataset_lock.asyncio = types.SimpleNamespace(  # type: ignore[attr-defined]
+            **{**vars(asyncio), "Lock": lambda: LoopLock(self)}
+        )
+        dataset_lock._dataset_locks.clear()
 
     def _gate_sql(self) -> None:
         from cognee.infrastructure.databases.relational import get_relational_engine
