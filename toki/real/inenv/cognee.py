@@ -65,6 +65,10 @@ __all__ = ["Adapter"]
 
 DATASET = "toki"
 DIMS = 64
+# cognify's items one after another (cognee's default: 20 at a time): the order in which
+# concurrent items reached their gate points followed their SQLite and LanceDB I/O threads,
+# so one schedule ran two ways (agent 0's first LLM call was one claim's, or the other's)
+PER_BATCH = 1
 ENDPOINT = "http://127.0.0.1:9/v1"  # loopback; nothing listens: a request fails locally
 _WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE|REPLACE|CREATE|ALTER|DROP)\b", re.I)
 _TARGET = re.compile(
@@ -200,8 +204,9 @@ class Adapter:
         self._patch_embedder()
         self._patch_graph()
         self._patch_vector()
-        self._patch_module_globals()
         asyncio.run(self._migrate())
+        asyncio.run(self._warm_up())
+        self._patch_module_globals()
         self._gate_sql()
 
     # -- gate points ------------------------------------------------------------------------
@@ -425,6 +430,15 @@ class Adapter:
 
         await run_migrations()
 
+    async def _warm_up(self) -> None:
+        """One `add` + `cognify` outside any agent (no gate point stops it), before the
+        module globals are patched: cognify imports modules lazily (ingestion, chunking,
+        storage tasks) whose `uuid4` and locks would otherwise escape the patch in a worker's
+        first run only, and its engines and caches are built here, not inside the first
+        schedule. `open` empties the stores again."""
+        await self.cognee.add("warm:up is done", dataset_name=DATASET)
+        await self.cognee.cognify(datasets=[DATASET], data_per_batch=PER_BATCH)
+
     def describe(self) -> dict[str, Any]:
         return {"library": "cognee", "version": self.version}
 
@@ -469,7 +483,7 @@ class Adapter:
             text = f"{claim['key']} is {claim['value']}"
             try:
                 await self.cognee.add(text, dataset_name=DATASET)
-                await self.cognee.cognify(datasets=[DATASET])
+                await self.cognee.cognify(datasets=[DATASET], data_per_batch=PER_BATCH)
                 out.append("cognified")
             except Exception as exc:  # an application logs a failed call and goes on
                 out.append(f"error: {type(exc).__name__}: {exc}")
