@@ -3,7 +3,9 @@ order, a clear error when an agent blocks outside a gate point, crashed agents a
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from typing import Any
 
 import pytest
 
@@ -83,6 +85,40 @@ def test_an_agent_blocked_outside_a_gate_point_is_an_error_not_a_hang() -> None:
     with pytest.raises(GateTimeout, match="make that lock a gate point"):
         ctl.release(1)
     ctl.reset(1)  # wakes the holder with Abandoned; the waiter then gets the lock and ends
+
+
+def test_a_gate_timeout_names_where_the_stuck_agent_awaits() -> None:
+    """An agent that runs its own event loop (cognee's adapter) and awaits a lock a parked
+    agent holds: the error names the coroutines it is stuck in, down the await chain."""
+    ctl = Controller(timeout=0.5)
+    ctl.reset(0)
+    stuck: dict[str, Any] = {}
+
+    def holder() -> None:
+        ctl.gate("test", "inside-the-lock")
+
+    async def take_the_dataset_lock() -> None:
+        stuck["loop"] = asyncio.get_running_loop()
+        stuck["future"] = stuck["loop"].create_future()
+        await stuck["future"]  # a lock's waiter on this loop: the holder never wakes it
+
+    async def pipeline() -> None:
+        await take_the_dataset_lock()
+
+    def waiter() -> None:
+        ctl.gate("test", "before-the-lock")
+        asyncio.run(pipeline())
+
+    ctl.start(0, holder)
+    ctl.start(1, waiter)
+    with pytest.raises(GateTimeout) as info:
+        ctl.release(1)
+    message = str(info.value)
+    stuck["loop"].call_soon_threadsafe(stuck["future"].set_result, None)
+    ctl.reset(1)
+    assert "its thread is at" in message and " waiter" in message, message
+    assert " take_the_dataset_lock <- " in message, message
+    assert message.endswith(" pipeline"), message
 
 
 def test_a_crashed_agent_never_runs_again_and_is_joined_on_reset() -> None:

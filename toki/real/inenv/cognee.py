@@ -383,6 +383,9 @@ class Adapter:
         if agent is None:
             return
         n = self.holds.get(agent, 0)
+        if self.controller.unwinding():  # a crashed agent lets go as it unwinds: no gate
+            self.holds[agent] = max(0, n + delta)
+            return
         if delta > 0:
             if n == 0:
                 self.controller.gate("lock", "lock.acquire", {"lock": "cognee", "op": "acquire"})
@@ -557,8 +560,17 @@ class Adapter:
     def recover(self, config: dict[str, Any]) -> Any:
         return None  # re-running cognify over the stored data is the host's (replay_inputs)
 
+    # the agents are threads of one live process (SDK callers): a crashed one dies of an
+    # exception at its gate point, so its `async with` blocks release cognee's locks and its
+    # SQLAlchemy sessions roll back (SQLite's writer lock is free again); left parked, it
+    # would hold the relational write lock for good
+    crash_unwinds = True
+
     def on_crash(self, agent: int) -> None:
-        pass
+        """Its thread has ended (the controller joined it): nothing of it is held."""
+        self.holds.pop(agent, None)
+        self.written.pop(agent, None)
+        self.txns.pop(agent, None)
 
     def close(self) -> None:
         pass

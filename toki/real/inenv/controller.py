@@ -278,6 +278,10 @@ class Controller:
     def agent(self) -> int | None:
         return CURRENT.get()
 
+    def unwinding(self) -> bool:
+        """The calling agent was crashed by unwinding (its gate points raise `Abandoned`)."""
+        return CURRENT.get() in self._unwinding
+
     def _unit(self) -> int:
         """The calling unit: a thread of a synchronous agent by its thread (a pool that runs
         functions in a context copied at submission, as langchain's, carries the submitter's
