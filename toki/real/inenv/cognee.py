@@ -33,9 +33,15 @@ Gate points and their footprints:
                                     lock would block the other agent where no gate point
                                     can release it)
 
+  lock.acquire / lock.release       the same modelled lock for cognee's asyncio locks (a lock
+                                    per event loop, `LoopLock`): module locks, the adapters'
+                                    locks and the per-dataset lock every pipeline run holds
+                                    across its gate points
+
 Determinism: uuid4 in cognee's modules draws from a stream per agent; `datetime` in
 cognee's modules is toki's clock (not a gate point: a read ticks the shared counter;
-observations carry no timestamps).
+observations carry no timestamps); cognify takes its items one at a time (`PER_BATCH`), and
+a warm-up before the patch imports what cognify imports lazily.
 """
 
 from __future__ import annotations
