@@ -26,17 +26,15 @@ Gate points and their footprints:
                                     (outermost call only: its VECTOR_DB_LOCK is never held
                                     across a gate point, so it is never contended)
   sql.select                        a SELECT outside a write transaction: reads ("sql", t)
-  sqlite.begin / sqlite.commit      a lock point ("sqlite"): the first write statement of an
-                                    agent's transaction acquires, its commit or rollback
-                                    releases (publishing ("sql", t) of every table written);
-                                    statements in between run inside it (SQLite's writer
-                                    lock would block the other agent where no gate point
-                                    can release it)
-
-  lock.acquire / lock.release       the same modelled lock for cognee's asyncio locks (a lock
-                                    per event loop, `LoopLock`): module locks, the adapters'
-                                    locks and the per-dataset lock every pipeline run holds
-                                    across its gate points
+  lock.acquire / lock.release       one modelled lock ("cognee"), taken by an agent's first
+                                    holding and let go by its last (`Adapter.hold`): a SQLite
+                                    write transaction (first write statement to commit or
+                                    rollback; the release publishes ("sql", t) of every table
+                                    written; SQLite's writer lock would block the other agent
+                                    where no gate point can release it) and cognee's asyncio
+                                    locks (a lock per event loop, `LoopLock`): module locks,
+                                    the adapters' locks, and the per-dataset lock every
+                                    pipeline run holds across its gate points
 
 Determinism: uuid4 in cognee's modules draws from a stream per agent; `datetime` in
 cognee's modules is toki's clock (not a gate point: a read ticks the shared counter;
