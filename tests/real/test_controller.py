@@ -326,3 +326,28 @@ def test_threads_of_an_async_agent_are_units_of_their_own() -> None:
         runs.append(tuple((p["task"], p["name"]) for p in ctl.executed))
         ctl.reset(1)
     assert len(set(runs)) == 1
+
+
+def test_an_agent_crashed_by_unwinding_knows_it_and_its_gates_raise() -> None:
+    """Cognee's adapter lets go of its modelled lock without a gate point while a crashed
+    agent unwinds (`unwinding`): a gate point reached then raises at once."""
+    ctl = Controller(timeout=5)
+    ctl.reset(0)
+    seen: list[object] = []
+
+    def body() -> None:
+        seen.append(ctl.unwinding())
+        try:
+            ctl.gate("test", "parked")
+        finally:
+            seen.append(ctl.unwinding())
+            try:
+                ctl.gate("test", "while-unwinding")
+            except BaseException as exc:  # Abandoned, a BaseException
+                seen.append(type(exc).__name__)
+
+    assert ctl.start(0, body)["state"] == "parked"
+    assert ctl.unwinding() is False  # the host is no agent
+    assert ctl.crash(0, unwind=True) is True  # returns once the thread has ended
+    assert seen == [False, True, "Abandoned"]
+    ctl.reset(1)
