@@ -3,7 +3,9 @@ order, a clear error when an agent blocks outside a gate point, crashed agents a
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from typing import Any
 
 import pytest
 
@@ -83,6 +85,40 @@ def test_an_agent_blocked_outside_a_gate_point_is_an_error_not_a_hang() -> None:
     with pytest.raises(GateTimeout, match="make that lock a gate point"):
         ctl.release(1)
     ctl.reset(1)  # wakes the holder with Abandoned; the waiter then gets the lock and ends
+
+
+def test_a_gate_timeout_names_where_the_stuck_agent_awaits() -> None:
+    """An agent that runs its own event loop (cognee's adapter) and awaits a lock a parked
+    agent holds: the error names the coroutines it is stuck in, down the await chain."""
+    ctl = Controller(timeout=0.5)
+    ctl.reset(0)
+    stuck: dict[str, Any] = {}
+
+    def holder() -> None:
+        ctl.gate("test", "inside-the-lock")
+
+    async def take_the_dataset_lock() -> None:
+        stuck["loop"] = asyncio.get_running_loop()
+        stuck["future"] = stuck["loop"].create_future()
+        await stuck["future"]  # a lock's waiter on this loop: the holder never wakes it
+
+    async def pipeline() -> None:
+        await take_the_dataset_lock()
+
+    def waiter() -> None:
+        ctl.gate("test", "before-the-lock")
+        asyncio.run(pipeline())
+
+    ctl.start(0, holder)
+    ctl.start(1, waiter)
+    with pytest.raises(GateTimeout) as info:
+        ctl.release(1)
+    message = str(info.value)
+    stuck["loop"].call_soon_threadsafe(stuck["future"].set_result, None)
+    ctl.reset(1)
+    assert "its thread is at" in message and " waiter" in message, message
+    assert " take_the_dataset_lock <- " in message, message
+    assert message.endswith(" pipeline"), message
 
 
 def test_a_crashed_agent_never_runs_again_and_is_joined_on_reset() -> None:
@@ -290,3 +326,28 @@ def test_threads_of_an_async_agent_are_units_of_their_own() -> None:
         runs.append(tuple((p["task"], p["name"]) for p in ctl.executed))
         ctl.reset(1)
     assert len(set(runs)) == 1
+
+
+def test_an_agent_crashed_by_unwinding_knows_it_and_its_gates_raise() -> None:
+    """Cognee's adapter lets go of its modelled lock without a gate point while a crashed
+    agent unwinds (`unwinding`): a gate point reached then raises at once."""
+    ctl = Controller(timeout=5)
+    ctl.reset(0)
+    seen: list[object] = []
+
+    def body() -> None:
+        seen.append(ctl.unwinding())
+        try:
+            ctl.gate("test", "parked")
+        finally:
+            seen.append(ctl.unwinding())
+            try:
+                ctl.gate("test", "while-unwinding")
+            except BaseException as exc:  # Abandoned, a BaseException
+                seen.append(type(exc).__name__)
+
+    assert ctl.start(0, body)["state"] == "parked"
+    assert ctl.unwinding() is False  # the host is no agent
+    assert ctl.crash(0, unwind=True) is True  # returns once the thread has ended
+    assert seen == [False, True, "Abandoned"]
+    ctl.reset(1)

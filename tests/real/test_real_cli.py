@@ -116,7 +116,7 @@ def test_list_names_every_system_and_its_environment(capsys: pytest.CaptureFixtu
         "mem0-2.0.7+entities-async",
         "langgraph-store-postgres-3.1.0",
         "letta-0.16.8",  # beside the letta model row (issue #33)
-        "cognee-1.6.5",  # an adapter, no matrix row yet (issue #33)
+        "cognee-1.6.5",  # beside the cognee model row (issue #33)
     }
     shared = {s["name"]: s["environment"] for s in data["systems"]}
     assert shared["langmem-0.0.30"] == shared["langgraph-store-postgres"]  # one environment

@@ -466,9 +466,12 @@ SYSTEMS["cognee-1.6.5"] = RealSystem(
     lock="cognee-1.6.5.txt",
     # no usage telemetry; single-user (its default is multi-tenant with authentication)
     env={"TELEMETRY_DISABLED": "1", "ENABLE_BACKEND_ACCESS_CONTROL": "false"},
-    # no matrix row yet: a 50-schedule run still stops with GateTimeout and two explorations
-    # in one worker differ (docs/real.md); a row needs runs that finish and replay
-    model=None,
+    # the real row beside the model row `cognee` (docs/real.md, Cognee: 50 DPOR schedules of
+    # the default workload finish in about 75 s, twice alike; crashes unwind the agent)
+    model="cognee",
+    # the matrix samples straight away: 200 DPOR schedules of `manager` (the real budget's
+    # dpor) left it unexhausted (about 195 gate points a schedule; docs/real.md)
+    exhaustible=False,
     intercepted=(
         "LLM: LLMGateway.acreate_structured_output (the KnowledgeGraph extraction, the "
         "chunk summary): an LLM gate point, answered in process",
@@ -477,6 +480,8 @@ SYSTEMS["cognee-1.6.5"] = RealSystem(
         "vector: every public coroutine of the LanceDB adapter, at its outermost call",
         "SQLite: every SELECT outside a write transaction; a write transaction (first write "
         "to commit or rollback) as a lock the scheduler models",
+        "cognee's locks (its per-dataset pipeline lock, module locks, VECTOR_DB_LOCK, "
+        "Ladybug's source-ref lock): a lock per event loop, taking it is the modelled lock",
         "uuid4 in cognee's modules (one stream per agent); datetime in cognee's modules "
         "(toki's clock, not a gate point)",
     ),
@@ -485,6 +490,11 @@ SYSTEMS["cognee-1.6.5"] = RealSystem(
         "(the model's); the chunk summary is the chunk's text",
         "embeddings are feature-hashed words (64 dims), counted by a word tokenizer",
         "each agent runs its calls in an event loop of its own (asyncio.run per agent)",
+        "cognify takes its items one at a time (data_per_batch=1; cognee's default is 20 "
+        "concurrently, whose order followed I/O threads): items of one cognify are not "
+        "interleaved",
+        "one modelled lock for all of cognee's locks and SQLite's writer lock",
+        "a crash unwinds the agent's thread at its gate point (a thread of a live process)",
         "cognify as released (1.6.5): no functional_relationships, which the model row "
         "describes (removed before 1.6.5 in favour of improve(review_conflicts=True))",
     ),

@@ -26,16 +26,20 @@ Gate points and their footprints:
                                     (outermost call only: its VECTOR_DB_LOCK is never held
                                     across a gate point, so it is never contended)
   sql.select                        a SELECT outside a write transaction: reads ("sql", t)
-  sqlite.begin / sqlite.commit      a lock point ("sqlite"): the first write statement of an
-                                    agent's transaction acquires, its commit or rollback
-                                    releases (publishing ("sql", t) of every table written);
-                                    statements in between run inside it (SQLite's writer
-                                    lock would block the other agent where no gate point
-                                    can release it)
+  lock.acquire / lock.release       one modelled lock ("cognee"), taken by an agent's first
+                                    holding and let go by its last (`Adapter.hold`): a SQLite
+                                    write transaction (first write statement to commit or
+                                    rollback; the release publishes ("sql", t) of every table
+                                    written; SQLite's writer lock would block the other agent
+                                    where no gate point can release it) and cognee's asyncio
+                                    locks (a lock per event loop, `LoopLock`): module locks,
+                                    the adapters' locks, and the per-dataset lock every
+                                    pipeline run holds across its gate points
 
 Determinism: uuid4 in cognee's modules draws from a stream per agent; `datetime` in
 cognee's modules is toki's clock (not a gate point: a read ticks the shared counter;
-observations carry no timestamps).
+observations carry no timestamps); cognify takes its items one at a time (`PER_BATCH`), and
+a warm-up before the patch imports what cognify imports lazily.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import importlib
 import importlib.metadata
 import inspect
 import os
@@ -64,6 +69,10 @@ __all__ = ["Adapter"]
 
 DATASET = "toki"
 DIMS = 64
+# cognify's items one after another (cognee's default: 20 at a time): the order in which
+# concurrent items reached their gate points followed their SQLite and LanceDB I/O threads,
+# so one schedule ran two ways (agent 0's first LLM call was one claim's, or the other's)
+PER_BATCH = 1
 ENDPOINT = "http://127.0.0.1:9/v1"  # loopback; nothing listens: a request fails locally
 _WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE|REPLACE|CREATE|ALTER|DROP)\b", re.I)
 _TARGET = re.compile(
@@ -199,8 +208,9 @@ class Adapter:
         self._patch_embedder()
         self._patch_graph()
         self._patch_vector()
-        self._patch_module_globals()
         asyncio.run(self._migrate())
+        asyncio.run(self._warm_up())
+        self._patch_module_globals()
         self._gate_sql()
 
     # -- gate points ------------------------------------------------------------------------
@@ -334,6 +344,8 @@ class Adapter:
         """datetime, uuid4 and the module-level asyncio locks of cognee's modules."""
         import datetime as _dt
 
+        # the module, not the function `cognee.infrastructure.locks` exports under its name
+        dataset_lock = importlib.import_module("cognee.infrastructure.locks.dataset_lock")
         clock = type("CogneeClock", (stubs.GatedDatetime,), {"gated": False})
         fake_uuid = types.SimpleNamespace(**{**vars(_uuid), "uuid4": stubs.uuid4})
         for name, module in list(sys.modules.items()):
@@ -348,6 +360,14 @@ class Adapter:
             for attr, value in list(vars(module).items()):
                 if isinstance(value, asyncio.Lock):  # e.g. create_db_and_tables' lock
                     setattr(module, attr, LoopLock(self))
+        # the per-dataset locks, made on first use (`get_dataset_lock`): every pipeline run
+        # (add's, cognify's) holds its dataset's lock throughout, across its gate points;
+        # an asyncio.Lock there left the other agent awaiting a future of a lock the parked
+        # agent held, which no gate point could release (GateTimeout, agent 1 in `add`)
+        dataset_lock.asyncio = types.SimpleNamespace(  # type: ignore[attr-defined]
+            **{**vars(asyncio), "Lock": lambda: LoopLock(self)}
+        )
+        dataset_lock._dataset_locks.clear()
 
     def _gate_sql(self) -> None:
         from cognee.infrastructure.databases.relational import get_relational_engine
@@ -367,6 +387,9 @@ class Adapter:
         if agent is None:
             return
         n = self.holds.get(agent, 0)
+        if self.controller.unwinding():  # a crashed agent lets go as it unwinds: no gate
+            self.holds[agent] = max(0, n + delta)
+            return
         if delta > 0:
             if n == 0:
                 self.controller.gate("lock", "lock.acquire", {"lock": "cognee", "op": "acquire"})
@@ -414,6 +437,15 @@ class Adapter:
 
         await run_migrations()
 
+    async def _warm_up(self) -> None:
+        """One `add` + `cognify` outside any agent (no gate point stops it), before the
+        module globals are patched: cognify imports modules lazily (ingestion, chunking,
+        storage tasks) whose `uuid4` and locks would otherwise escape the patch in a worker's
+        first run only, and its engines and caches are built here, not inside the first
+        schedule. `open` empties the stores again."""
+        await self.cognee.add("warm:up is done", dataset_name=DATASET)
+        await self.cognee.cognify(datasets=[DATASET], data_per_batch=PER_BATCH)
+
     def describe(self) -> dict[str, Any]:
         return {"library": "cognee", "version": self.version}
 
@@ -458,7 +490,7 @@ class Adapter:
             text = f"{claim['key']} is {claim['value']}"
             try:
                 await self.cognee.add(text, dataset_name=DATASET)
-                await self.cognee.cognify(datasets=[DATASET])
+                await self.cognee.cognify(datasets=[DATASET], data_per_batch=PER_BATCH)
                 out.append("cognified")
             except Exception as exc:  # an application logs a failed call and goes on
                 out.append(f"error: {type(exc).__name__}: {exc}")
@@ -532,8 +564,17 @@ class Adapter:
     def recover(self, config: dict[str, Any]) -> Any:
         return None  # re-running cognify over the stored data is the host's (replay_inputs)
 
+    # the agents are threads of one live process (SDK callers): a crashed one dies of an
+    # exception at its gate point, so its `async with` blocks release cognee's locks and its
+    # SQLAlchemy sessions roll back (SQLite's writer lock is free again); left parked, it
+    # would hold the relational write lock for good
+    crash_unwinds = True
+
     def on_crash(self, agent: int) -> None:
-        pass
+        """Its thread has ended (the controller joined it): nothing of it is held."""
+        self.holds.pop(agent, None)
+        self.written.pop(agent, None)
+        self.txns.pop(agent, None)
 
     def close(self) -> None:
         pass

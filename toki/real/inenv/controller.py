@@ -51,7 +51,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import os
+import sys
 import threading
+import traceback
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from typing import Any
@@ -62,6 +65,7 @@ CURRENT: ContextVar[int | None] = ContextVar("toki_real_agent", default=None)
 _GENERATION: ContextVar[int] = ContextVar("toki_real_generation", default=-1)
 _CLAIM: ContextVar[int | None] = ContextVar("toki_real_claim_index", default=None)
 _TASK: ContextVar[int] = ContextVar("toki_real_task", default=0)
+_WHERE_FRAMES = 12  # frames of a stuck agent's stack a GateTimeout names
 
 
 class Abandoned(BaseException):
@@ -274,6 +278,10 @@ class Controller:
     def agent(self) -> int | None:
         return CURRENT.get()
 
+    def unwinding(self) -> bool:
+        """The calling agent was crashed by unwinding (its gate points raise `Abandoned`)."""
+        return CURRENT.get() in self._unwinding
+
     def _unit(self) -> int:
         """The calling unit: a thread of a synchronous agent by its thread (a pool that runs
         functions in a context copied at submission, as langchain's, carries the submitter's
@@ -457,6 +465,7 @@ class Controller:
                     f"agent {agent} neither reached a gate point nor finished within "
                     f"{self.timeout:g} s: it is probably blocked on something another, parked "
                     "agent holds (a lock): make that lock a gate point of the adapter"
+                    f"{self._where(agent)}"
                 )
             if agent in self._done:
                 result: dict[str, Any] = self._done[agent]
@@ -474,6 +483,33 @@ class Controller:
                 "point": parked[0][1].point,
                 "parked": [slot.point for _, slot in parked],
             }
+
+    def _where(self, agent: int) -> str:
+        """Where the agent's own thread is now (its innermost frames): what it waits on."""
+        thread = self._by_agent.get(agent)
+        frame = sys._current_frames().get(thread.ident) if thread and thread.ident else None
+        if frame is None:
+            return ""
+        def fmt(frames: Any) -> str:
+            return " <- ".join(
+                f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(frames)
+            )
+
+        out = "; its thread is at " + fmt(traceback.extract_stack(frame)[-_WHERE_FRAMES:])
+        loop = next(
+            (
+                f.f_locals["self"]
+                for f, _ in traceback.walk_stack(frame)
+                if isinstance(f.f_locals.get("self"), asyncio.AbstractEventLoop)
+            ),
+            None,
+        )
+        if loop is not None:  # an idle event loop: where its tasks await
+            with contextlib.suppress(RuntimeError):  # the loop changed under us
+                for task in list(asyncio.all_tasks(loop)):
+                    stack = traceback.StackSummary.extract(_awaiting(task.get_coro()))
+                    out += f"; task {task.get_name()} awaits at {fmt(stack[-_WHERE_FRAMES:])}"
+        return out
 
     def _next_unit(self, agent: int) -> int:
         """The next unit number of an async agent (tasks and threads, by creation)."""
@@ -618,6 +654,28 @@ class Controller:
         waiter = waiting.pop(chosen)
         self._busy[agent] = 1
         waiter.event.set()
+
+
+def _awaiting(coro: Any) -> list[tuple[Any, int]]:
+    """The frames of a suspended coroutine down the chain of what it awaits (outermost
+    first), as (frame, line) pairs: a task's own stack stops at its first frame."""
+    out: list[tuple[Any, int]] = []
+    while coro is not None and len(out) < 200:
+        frame = next(
+            (getattr(coro, a) for a in ("cr_frame", "ag_frame", "gi_frame") if hasattr(coro, a)),
+            None,
+        )
+        if frame is not None:
+            out.append((frame, frame.f_lineno))
+        coro = next(
+            (
+                getattr(coro, a)
+                for a in ("cr_await", "ag_await", "gi_yieldfrom")
+                if hasattr(coro, a)
+            ),
+            None,
+        )
+    return out
 
 
 class _UnitExecutor(concurrent.futures.ThreadPoolExecutor):
