@@ -94,12 +94,17 @@ def parts(bench: bool) -> list[Part]:
         Part("matrix", "verdict_matrix/matrix.*, agreement.*",
              [toki_cmd("matrix", "--real", "--out", "verdict_matrix")],
              skip=None if toki_has("matrix") else "`toki matrix` is not available yet"),
-        # Letta's real row at a budget that finishes in minutes (the full matrix above runs
-        # it at [budgets.real] too, when its environment exists)
+        # Letta's and Cognee's real rows at a budget that finishes in minutes (the full
+        # matrix above runs them at [budgets.real] too, when their environments exist)
         Part("letta-small", "verdict_matrix/letta-small/ (Letta's real row, agreement)",
              [toki_cmd("matrix", "--config", "verdict_matrix/letta-small/matrix.toml",
                        "--budget", "small", "--real", "--real-budget", "lettasmall",
                        "--out", "verdict_matrix/letta-small")],
+             skip=None if toki_has("matrix") else "`toki matrix` is not available yet"),
+        Part("cognee-small", "verdict_matrix/cognee-small/ (Cognee's real row, agreement)",
+             [toki_cmd("matrix", "--config", "verdict_matrix/cognee-small/matrix.toml",
+                       "--budget", "small", "--real", "--real-budget", "cogneesmall",
+                       "--out", "verdict_matrix/cognee-small")],
              skip=None if toki_has("matrix") else "`toki matrix` is not available yet"),
         Part("calibration", "verdict_matrix/calibration.csv/.png",
              [toki_cmd("calibrate", "--out", "verdict_matrix")]),

@@ -240,26 +240,37 @@ def test_the_committed_agreement_table_rebuilds_from_the_matrix_files(tmp_path: 
     assert mem0_rd and all(r["agree"] == "yes" or r["fitted"] == "yes" for r in mem0_rd)
 
 
-def test_letta_small_row_stands_beside_its_model_and_its_agreement_rebuilds(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("folder_name", "budget", "model", "real"),
+    [
+        ("letta-small", "lettasmall", "letta", "letta-0.16.8"),
+        ("cognee-small", "cogneesmall", "cognee", "cognee-1.6.5"),
+    ],
+)
+def test_a_row_run_alone_stands_beside_its_model_and_its_agreement_rebuilds(
+    tmp_path: Path, folder_name: str, budget: str, model: str, real: str
 ) -> None:
-    """verdict_matrix/letta-small (issue #33): Letta's real row at a small budget. Its agreement
-    table is a function of its matrix.csv and workloads.csv (rebuilt byte for byte), every
-    N1-N3 cell of the real row is compared with the model's, and every "admits" names a
-    witness file that is there."""
+    """verdict_matrix/letta-small and cognee-small (issue #33): a real row run alone at a small
+    budget. Its agreement table is a function of its matrix.csv and workloads.csv (rebuilt byte
+    for byte), every N1-N3 cell of the real row is compared with the model's, every
+    disagreement carries its resolution, and every "admits" names a witness file that is
+    there."""
     import shutil
 
-    folder = Path(__file__).resolve().parents[2] / "verdict_matrix" / "letta-small"
+    folder = Path(__file__).resolve().parents[2] / "verdict_matrix" / folder_name
     for name in ("matrix.csv", "workloads.csv", "matrix.toml"):
         shutil.copy(folder / name, tmp_path / name)
-    assert ag.main([str(tmp_path), "--real-budget", "lettasmall"]) == 0
+    assert ag.main([str(tmp_path), "--real-budget", budget]) == 0
     for name in ("agreement.csv", "agreement.md"):
         assert (tmp_path / name).read_text() == (folder / name).read_text(), name
     table = _read(folder / "agreement.csv")
-    assert {(r["model"], r["real"]) for r in table} == {("letta", "letta-0.16.8")}
+    assert {(r["model"], r["real"]) for r in table} == {(model, real)}
     assert {(r["faults"], r["anomaly"]) for r in table} == {
         (f, a) for f in ("none", "crash") for a in ("N1", "RD", "N2", "N3")
     }
-    rows = [r for r in _read(folder / "matrix.csv") if r["system"] == "letta-0.16.8 (real)"]
+    for r in table:
+        if r["agree"] == "no":
+            assert r["resolution"] == ag.resolution(r["real"], r["anomaly"]) != "", r
+    rows = [r for r in _read(folder / "matrix.csv") if r["system"] == f"{real} (real)"]
     admits = [r for r in rows if r["verdict"] == "admits"]
     assert admits and all((folder / r["witness"]).is_file() for r in admits)

@@ -94,6 +94,17 @@ RESOLUTIONS: dict[tuple[str, str], str] = {
         "as this resolution, after the real witness was seen: the model is fitted here and "
         "its verdict on this cell is not evidence of agreement."
     ),
+    ("cognee-1.6.5", "RD"): (
+        "Different versions, not a race: the model row describes Cognee at a8f9760b, whose "
+        "opt-in `functional_relationships` keeps only the most recently updated edge of a "
+        "functional relation, so a recovery that re-runs cognify with the replay's clock can "
+        "move the winner (RD without faults). Release 1.6.5 has no such option (cognify "
+        "raises TypeError for it) and keeps every edge whatever the order, so a recovery "
+        "rebuilds the same graph: 0 of 96 real runs without faults diverged. With crashes "
+        "both admit RD (a crashed cognify leaves a claim stored without its edge). The model "
+        "is not corrected: it is right about the revision it models; a real row of that "
+        "revision would need a release that has it."
+    ),
 }
 
 
