@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from toki.real import get_real_system
 from toki.real.adapters.letta import LettaHost, block_lines, replay_tools
 from toki.real.checks import check_real
+from toki.real.cli import archival_decide
 from toki.real.driver import RealRun, SerialCache, finish_run, real_program, real_runs, run_plan
 from toki.real.session import Session
 from toki.sim.dpor import DPOR
@@ -215,3 +216,37 @@ def test_recoverable_counts_the_block_the_tool_arguments_and_the_traces() -> Non
     assert host.recoverable({"block": {"value": "\na:k is Carol"}}, "a:k") == {"Carol"}
     recovered = host.recover(observation, ["a:k"], JUDGE, None)
     assert recovered == host.beliefs({"block": {"value": "\na:k is Carol"}}, ["a:k"])
+
+
+# -- archival memory: an insert racing a search that feeds a decision ---------------------
+
+ARCHIVAL = archival_decide()  # agent 0: insert Bob, insert Carol, remember Carol; agent 1: decide
+
+
+def archival(session: Session, plan) -> RealRun:  # type: ignore[no-untyped-def]
+    system = get_real_system(NAME)
+    program, live = real_program(system, session, ARCHIVAL, JUDGE)
+    return finish_run(system, session, live, run_plan(program, plan), RECOVERY, JUDGE)
+
+
+def archival_checks(session: Session, rr: RealRun) -> dict[str, bool | None]:
+    system = get_real_system(NAME)
+    serial = SerialCache(system, session, ARCHIVAL, JUDGE, 0)
+    verdicts = check_real(system, ARCHIVAL, rr, serial, RECOVERY)
+    return {k: (v.found if v.ran else None) for k, v in verdicts.items()}
+
+
+def decision(rr: RealRun) -> dict[str, object]:
+    return next(s for s in rr.observation["steps"] if s["op"] == "decide")
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_serial_archival_search_sees_the_insert(letta: Session) -> None:
+    rr = archival(letta, [(0, None, None), (1, None, None)])
+    assert rr.observation["passages"] == ["alice:manager is Bob", "alice:manager is Carol"]
+    d = decision(rr)
+    assert d["found"] == ["alice:manager is Carol", "alice:manager is Bob"]  # newest first
+    assert d["decided"] == "Carol" and d["tool"] == "no tool call"
+    assert block(rr)[0] == "\nalice:manager is Carol"
+    assert archival_checks(letta, rr) == {"N1": None, "RD": None, "N2": False, "N3": None}

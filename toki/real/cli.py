@@ -42,10 +42,34 @@ def _scenarios() -> dict[str, Any]:
         "manager-race": Workload("manager-race", ((bob, carol), (dave,))),
         # the same fact delivered to two agents at once (mem0 2.x's duplicate)
         "manager-twice": Workload("manager-twice", ((bob, carol), (carol,))),
+        # Letta (family "letta"): agent 0 records Bob, then Carol, in the shared archival
+        # memory and Carol in the shared block; agent 1 searches the archive and sets the
+        # block to the newest manager it found (toki/real/program.py)
+        "archival-decide": archival_decide(),
     }
 
 
-REAL_SCENARIOS = ("manager-race", "manager-twice")
+def archival_decide() -> Any:
+    from toki.real.program import OpProgram, OpStep
+
+    def step(op: str, **args: str) -> OpStep:
+        return OpStep(op, tuple(sorted(args.items())))
+
+    return OpProgram.build(
+        "archival-decide",
+        "letta",
+        [
+            [
+                step("insert", text="alice:manager is Bob"),
+                step("insert", text="alice:manager is Carol"),
+                step("remember", text="alice:manager is Carol"),
+            ],
+            [step("decide", query="alice:manager")],
+        ],
+    )
+
+
+REAL_SCENARIOS = ("manager-race", "manager-twice", "archival-decide")
 
 
 def make_real_workload(name: str | None, agents: int, claims: int, keys: int, seed: int) -> Any:
