@@ -29,6 +29,7 @@ from toki.real.checks import check_real
 from toki.real.cli import archival_decide
 from toki.real.driver import RealRun, SerialCache, finish_run, real_program, real_runs, run_plan
 from toki.real.session import Session
+from toki.real.witness import RealWitness, judge_to_json
 from toki.sim.dpor import DPOR
 from toki.sim.workload import scenario
 from toki.systems.base import SimJudge
@@ -220,7 +221,7 @@ def test_recoverable_counts_the_block_the_tool_arguments_and_the_traces() -> Non
 
 # -- archival memory: an insert racing a search that feeds a decision ---------------------
 
-ARCHIVAL = archival_decide()  # agent 0: insert Bob, insert Carol, remember Carol; agent 1: decide
+ARCHIVAL = archival_decide()  # agent 0: decide; agent 1: insert Bob, insert Carol, remember Carol
 
 
 def archival(session: Session, plan) -> RealRun:  # type: ignore[no-untyped-def]
@@ -243,10 +244,70 @@ def decision(rr: RealRun) -> dict[str, object]:
 @pytest.mark.real
 @pytest.mark.slow
 def test_serial_archival_search_sees_the_insert(letta: Session) -> None:
-    rr = archival(letta, [(0, None, None), (1, None, None)])
+    rr = archival(letta, [(1, None, None), (0, None, None)])
     assert rr.observation["passages"] == ["alice:manager is Bob", "alice:manager is Carol"]
     d = decision(rr)
     assert d["found"] == ["alice:manager is Carol", "alice:manager is Bob"]  # newest first
     assert d["decided"] == "Carol" and d["tool"] == "no tool call"
     assert block(rr)[0] == "\nalice:manager is Carol"
     assert archival_checks(letta, rr) == {"N1": None, "RD": None, "N2": False, "N3": None}
+
+
+# agent 1 parks before its Carol insert; agent 0 runs its search (Bob only) and parks at the
+# state load of its decision; agent 1 inserts Carol and sets the block to Carol; agent 0
+# loads the block (Carol) and replaces it with the Bob its search found
+STALE = [(1, "sql.insert", 1), *[(0, "sql.select", 0)] * 3, (1, None, None), (0, None, None)]
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_a_search_that_missed_a_committed_insert_decides_stale_n2(letta: Session) -> None:
+    rr = archival(letta, STALE)
+    d = decision(rr)
+    assert d["found"] == ["alice:manager is Bob"]  # Carol's insert was not committed yet
+    assert d["block"] == "\nalice:manager is Carol"  # but it was when the decision loaded
+    assert d["decided"] == "Bob" and d["tool"] == "core_memory_replace"
+    assert rr.observation["passages"] == ["alice:manager is Bob", "alice:manager is Carol"]
+    assert block(rr)[0] == "\nalice:manager is Bob"  # no serial order ends with Bob
+    assert archival_checks(letta, rr) == {"N1": None, "RD": None, "N2": True, "N3": None}
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_the_stale_decision_witness_is_byte_identical_and_replays(
+    letta: Session, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    system = get_real_system(NAME)
+    paths = []
+    for n in range(2):  # the same schedule twice, in one worker: the same witness bytes
+        rr = archival(letta, STALE)
+        serial = SerialCache(system, letta, ARCHIVAL, JUDGE, 0)
+        v = check_real(system, ARCHIVAL, rr, serial, RECOVERY, ("N2",))["N2"]
+        assert v.found
+        w = RealWitness(
+            NAME,
+            "0.16.8",
+            "N2",
+            ARCHIVAL,
+            rr.schedule,
+            judge_to_json(JUDGE),
+            judge_to_json(RECOVERY),
+            strategy="targeted",
+            keys=v.keys,
+            expected=v.expected,
+            observed=v.observed,
+            details={"digest": rr.digest},
+        )
+        paths.append(w.save(tmp_path / f"w{n}.json"))
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    done = subprocess.run(  # a fresh worker process, through the CLI
+        [sys.executable, "-m", "toki.cli", "real", "replay", str(paths[0]), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert out["reproduced"] is True and out["digest"] == rr.digest
+    assert out["verdict"]["anomaly"] == "N2" and out["verdict"]["found"] is True

@@ -42,9 +42,9 @@ def _scenarios() -> dict[str, Any]:
         "manager-race": Workload("manager-race", ((bob, carol), (dave,))),
         # the same fact delivered to two agents at once (mem0 2.x's duplicate)
         "manager-twice": Workload("manager-twice", ((bob, carol), (carol,))),
-        # Letta (family "letta"): agent 0 records Bob, then Carol, in the shared archival
-        # memory and Carol in the shared block; agent 1 searches the archive and sets the
-        # block to the newest manager it found (toki/real/program.py)
+        # Letta (family "letta"): agent 0 searches the shared archival memory and sets the
+        # shared block to the newest manager it found; agent 1 records Bob, then Carol, in
+        # the archive and Carol in the block (toki/real/program.py)
         "archival-decide": archival_decide(),
     }
 
@@ -59,12 +59,12 @@ def archival_decide() -> Any:
         "archival-decide",
         "letta",
         [
+            [step("decide", query="alice:manager")],
             [
                 step("insert", text="alice:manager is Bob"),
                 step("insert", text="alice:manager is Carol"),
                 step("remember", text="alice:manager is Carol"),
             ],
-            [step("decide", query="alice:manager")],
         ],
     )
 

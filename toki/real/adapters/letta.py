@@ -14,6 +14,12 @@ counts them: the recoverable values are the block's, the tool arguments' and the
 blocks'. Letta has no recovery of its own; the one the model row names is the application's:
 re-apply the successful tool calls in message order to the empty block, with the core
 executor's string semantics (`replay_tools`).
+
+A program (family "letta": archival inserts, searches, decisions; `archival-decide`) is
+checked by N2 alone: the block's final lines against every serial order of its steps (a
+`decide` is one step, its search and its write); a decision computed from a search that
+missed an insert committed before the decision wrote can end in a block no serial order
+gives (when the inserting agent also set the block in between).
 """
 
 from __future__ import annotations

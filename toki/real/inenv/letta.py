@@ -14,8 +14,21 @@ and `LettaCoreToolExecutor` runs it: the new value is computed from the loaded s
 written by `agent_manager.update_memory_if_changed_async` through
 `block_manager.update_block_async` (Letta's comment there: "update the blocks (LRW)").
 
+A program of family "letta" (`toki/real/program.py`; `toki real run letta --workload
+archival-decide`) runs Letta's archival tools through the same executor, on one archive
+every agent is attached to: `insert` is `archival_memory_insert` (`passage_manager.
+insert_passage`: the passage's embedding, then its `archival_passages` row, then the system
+prompt rebuilt), `search` is `archival_memory_search` (the query's embedding, then pgvector's
+cosine order), `remember` writes a "<key> is <value>" line into the block (append / replace
+/ nothing, on the block as loaded at step start), and `decide` is a search and then, as the
+agent's next step (state loaded again), `remember` of the newest passage's value for the
+query's key. Embeddings are word-hash vectors (`stubs.embed`) at the agents' 64 dimensions
+(Letta pads them to its 4096-wide column), offline; they are no gate point (they read and
+write nothing shared).
+
 Gate points: every SQL statement Letta's engine runs on the tables the agents write (block:
-the tool's update; messages: the system prompt rebuilt for every agent of the block), before
+the tool's update; messages: the system prompt rebuilt for every agent of the block;
+archival_passages: an insert, and the search's select), before
 it runs ("sql.select" reads its tables;
 "sql.update" / "sql.insert" / "sql.delete" writes its target). Statements after the first
 write of a transaction run inside that point: a transaction parked while holding a row lock
