@@ -311,3 +311,29 @@ def test_the_stale_decision_witness_is_byte_identical_and_replays(
     out = json.loads(done.stdout)
     assert out["reproduced"] is True and out["digest"] == rr.digest
     assert out["verdict"]["anomaly"] == "N2" and out["verdict"]["found"] is True
+
+
+@settings(max_examples=30, derandomize=True)
+@given(st.lists(LINE, max_size=4), st.lists(st.sampled_from(["a:k", "b:k", "x is y"]), max_size=3))
+def test_a_programs_beliefs_are_the_blocks_keys_whatever_keys_are_asked(
+    lines: list[str], keys: list[str]
+) -> None:
+    """A program's keys are its steps' texts: N2 compares the block's every key instead."""
+    observation = {"block": {"value": "".join("\n" + x for x in lines)}, "steps": []}
+    host = LettaHost()
+    assert host.beliefs(observation, keys) == host.beliefs(observation, [])
+    assert set(host.beliefs(observation, keys)) == {x.split(" is ")[0] for x in lines}
+
+
+def test_a_crashed_programs_step_counts_as_recorded_by_what_it_wrote() -> None:
+    from toki.real.program import OpStep
+
+    host = LettaHost()
+    observation = {"block": {"value": "\na:k is X"}, "passages": ["a:k is Y"], "steps": []}
+    insert = OpStep("insert", (("text", "a:k is Y"),))
+    assert host.recorded(observation, insert)  # type: ignore[arg-type]
+    assert not host.recorded({**observation, "passages": []}, insert)  # type: ignore[arg-type]
+    remember = OpStep("remember", (("text", "a:k is X"),))
+    assert host.recorded(observation, remember)  # type: ignore[arg-type]
+    assert not host.recorded(observation, OpStep("decide", (("query", "a:k"),)))  # type: ignore[arg-type]
+    assert archival_decide().family == "letta" and LettaHost.program_checks == ("N2",)
