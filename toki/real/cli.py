@@ -173,6 +173,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     ):
         at_least(name, value, 1)
     workload = make_real_workload(args.workload, args.agents, args.claims, args.keys, args.seed)
+    family = getattr(workload, "family", None)
+    if family is not None:
+        from toki.real.scenario import _FAMILIES
+
+        if _FAMILIES.get(system.adapter) != family:
+            raise InvalidInput(
+                "--workload",
+                f"{args.workload} is a program of {family} operations; {system.name} "
+                "does not run them",
+                f"run it on a system of the {family} family",
+            )
     strategy = make_strategy(args.strategy, args.seed, args.depth, args.preemptions)
     if args.budget < 1:
         raise InvalidInput("--budget", f"{args.budget} < 1", "explore at least one schedule")
