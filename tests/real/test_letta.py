@@ -337,3 +337,63 @@ def test_a_crashed_programs_step_counts_as_recorded_by_what_it_wrote() -> None:
     assert host.recorded(observation, remember)  # type: ignore[arg-type]
     assert not host.recorded(observation, OpStep("decide", (("query", "a:k"),)))  # type: ignore[arg-type]
     assert archival_decide().family == "letta" and LettaHost.program_checks == ("N2",)
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_pct_finds_the_stale_decision_and_its_witness_replays(letta: Session, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """PCT (seed 0, depth 3) reaches N2 at its 25th schedule: agent 0's search (Bob only)
+    and its decision's state load (the empty block) ran before agent 1's Carol insert and
+    block line; its append, computed from the empty block, ends the block with Bob."""
+    from toki.check.runner import make_strategy
+    from toki.real.explore import explore_real
+    from toki.real.witness import replay_real
+
+    system = get_real_system(NAME)
+    judge, recovery = SimJudge(0.5, 0), SimJudge(0.5, 1)
+    report = explore_real(
+        system,
+        ARCHIVAL,
+        make_strategy("pct", 0, 3),
+        judge,
+        recovery,
+        budget=25,
+        out=tmp_path,
+        session=letta,
+    )
+    assert report.anomalies["N2"] == 1 and report.checked["N2"] == 25
+    w = RealWitness.load(report.witnesses["N2"].save(tmp_path / "n2.json"))
+    assert w.observed == {"alice:manager": {"live": ["Bob"], "value": "Bob"}}
+    rr, verdict = replay_real(w)
+    assert verdict.found
+    d = decision(rr)
+    assert d["found"] == ["alice:manager is Bob"] and d["block"] == ""
+    assert rr.observation["passages"] == ["alice:manager is Bob", "alice:manager is Carol"]
+
+
+@pytest.mark.heavy
+@pytest.mark.real
+@pytest.mark.slow
+def test_cli_pct_witness_is_byte_identical_twice_and_replays(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    paths = []
+    for n in range(2):
+        out = tmp_path / f"run{n}"
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "toki.cli", "real", "run", "letta",
+                "--workload", "archival-decide", "--strategy", "pct", "--depth", "3",
+                "--budget", "40", "--seed", "0", "--check", "--json", "--quiet",
+                "--out", str(out),
+            ],
+            capture_output=True, text=True, timeout=900, check=False,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr[-2000:]  # 1: an anomaly was found
+        data = json.loads(done.stdout)
+        assert data["anomalies"]["N2"] == 1 and data["schedules"] == 40
+        paths.append(out / "letta-0.16.8-N2.json")
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    replay = subprocess.run(
+        [sys.executable, "-m", "toki.cli", "real", "replay", str(paths[0]), "--json"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert replay.returncode == 0 and json.loads(replay.stdout)["reproduced"] is True
