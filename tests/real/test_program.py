@@ -73,8 +73,11 @@ def test_each_family_takes_its_own_operations() -> None:
     OpProgram.build("p", "store", [[step(op="put", namespace=["a"], key="k", value="v")]])
     with pytest.raises(InvalidInput, match="store has no operation 'manage'"):
         OpProgram.build("p", "store", [[step(op="manage", text="k is v")]])
-    with pytest.raises(InvalidInput, match="no operations for 'letta'"):
+    with pytest.raises(InvalidInput, match="no operations for 'cognee'"):
+        OpProgram.build("p", "cognee", [[step(op="add", text="x")]])
+    with pytest.raises(InvalidInput, match="letta has no operation 'add'"):
         OpProgram.build("p", "letta", [[step(op="add", text="x")]])
+    OpProgram.build("p", "letta", [[step(op="insert", text="k is v"), step(op="decide", query="k")]])
 
 
 def test_a_batch_step_runs_item_by_item_in_the_serial_baseline() -> None:

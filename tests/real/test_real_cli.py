@@ -89,6 +89,8 @@ def test_faults_and_bad_input_are_refused_clearly(capsys: pytest.CaptureFixture[
     assert "unknown real system" in capsys.readouterr().err
     assert main(["run", "toki-memory", "--workload", "nope"]) == 2
     assert "unknown workload" in capsys.readouterr().err
+    assert main(["run", "toki-memory", "--workload", "archival-decide", "--budget", "1"]) == 2
+    assert "program of letta operations" in capsys.readouterr().err
 
 
 def test_list_names_every_system_and_its_environment(capsys: pytest.CaptureFixture[str]) -> None:

@@ -229,14 +229,16 @@ def check_real(
 ) -> dict[str, Verdict]:
     out: dict[str, Verdict] = {}
     if getattr(workload, "family", None) is not None:  # an OpProgram: no claims
-        for name in [a for a in anomalies if a in ANOMALIES]:
+        # except the checks a host defines over a program's final state (Letta's N2)
+        kept = set(getattr(system.host, "program_checks", ()))
+        for name in [a for a in anomalies if a in ANOMALIES and a not in kept]:
             out[name] = Verdict(
                 name,
                 False,
                 ran=False,
                 details={"abstains": "defined over claims; a program of operations has none"},
             )
-        anomalies = [a for a in anomalies if a not in ANOMALIES]
+        anomalies = [a for a in anomalies if a not in ANOMALIES or a in kept]
     if {"N1", "RD"} & set(anomalies):
         n1, rd = recovery_checks(system, workload, rr, serial.judge, recovery)
     for name in anomalies:

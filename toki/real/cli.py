@@ -42,10 +42,34 @@ def _scenarios() -> dict[str, Any]:
         "manager-race": Workload("manager-race", ((bob, carol), (dave,))),
         # the same fact delivered to two agents at once (mem0 2.x's duplicate)
         "manager-twice": Workload("manager-twice", ((bob, carol), (carol,))),
+        # Letta (family "letta"): agent 0 searches the shared archival memory and sets the
+        # shared block to the newest manager it found; agent 1 records Bob, then Carol, in
+        # the archive and Carol in the block (toki/real/program.py)
+        "archival-decide": archival_decide(),
     }
 
 
-REAL_SCENARIOS = ("manager-race", "manager-twice")
+def archival_decide() -> Any:
+    from toki.real.program import OpProgram, OpStep
+
+    def step(op: str, **args: str) -> OpStep:
+        return OpStep(op, tuple(sorted(args.items())))
+
+    return OpProgram.build(
+        "archival-decide",
+        "letta",
+        [
+            [step("decide", query="alice:manager")],
+            [
+                step("insert", text="alice:manager is Bob"),
+                step("insert", text="alice:manager is Carol"),
+                step("remember", text="alice:manager is Carol"),
+            ],
+        ],
+    )
+
+
+REAL_SCENARIOS = ("manager-race", "manager-twice", "archival-decide")
 
 
 def make_real_workload(name: str | None, agents: int, claims: int, keys: int, seed: int) -> Any:
@@ -149,6 +173,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     ):
         at_least(name, value, 1)
     workload = make_real_workload(args.workload, args.agents, args.claims, args.keys, args.seed)
+    family = getattr(workload, "family", None)
+    if family is not None:
+        from toki.real.scenario import _FAMILIES
+
+        if _FAMILIES.get(system.adapter) != family:
+            raise InvalidInput(
+                "--workload",
+                f"{args.workload} is a program of {family} operations; {system.name} "
+                "does not run them",
+                f"run it on a system of the {family} family",
+            )
     strategy = make_strategy(args.strategy, args.seed, args.depth, args.preemptions)
     if args.budget < 1:
         raise InvalidInput("--budget", f"{args.budget} < 1", "explore at least one schedule")

@@ -169,7 +169,7 @@ def explore_real(
                         verdicts["N2"] = n2_acknowledged(system, workload, rr, serial)
                 for name, v in verdicts.items():
                     if name == "N1":
-                        report.recovery_judge_calls += int(v.details["recovery_judge_calls"])
+                        report.recovery_judge_calls += int(v.details.get("recovery_judge_calls", 0))
                     if v.abstained and name in FAULT_ANOMALIES:
                         continue  # nothing to check: no such fault in this run
                     if not v.ran:

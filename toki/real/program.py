@@ -56,6 +56,12 @@ OPS: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
         "search": (("query",), ("group_id", "group_ids")),
         "get_edges": ((), ("group_id",)),
     },
+    "letta": {
+        "insert": (("text",), ()),
+        "remember": (("text",), ()),
+        "search": (("query",), ()),
+        "decide": (("query",), ()),
+    },
 }
 READS = frozenset({"get", "get_all", "search", "history", "get_edges"})
 # a batch operation and the single one it is documented to equal, one item at a time: the

@@ -55,6 +55,7 @@ _FAMILIES = {
     "graphiti": "graphiti",
     "langchain": "store",
     "langgraph_ckpt": "checkpoint",
+    "letta": "letta",
 }  # worker adapter -> program family (toki/real/program.py)
 
 

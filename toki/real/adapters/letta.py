@@ -14,13 +14,19 @@ counts them: the recoverable values are the block's, the tool arguments' and the
 blocks'. Letta has no recovery of its own; the one the model row names is the application's:
 re-apply the successful tool calls in message order to the empty block, with the core
 executor's string semantics (`replay_tools`).
+
+A program (family "letta": archival inserts, searches, decisions; `archival-decide`) is
+checked by N2 alone: the block's final lines against every serial order of its steps (a
+`decide` is one step, its search and its write); a decision computed from a search that
+missed an insert committed before the decision wrote can end in a block no serial order
+gives (when the inserting agent also set the block in between).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from toki.real.adapter import Beliefs, Picker
 from toki.real.gate import GatePoint
@@ -67,8 +73,15 @@ def replay_tools(calls: Sequence[Mapping[str, Any]], initial: str = "") -> str:
 
 @dataclass(frozen=True, slots=True)
 class LettaHost:
+    # N2 over a program (family "letta"): the block's final lines against every serial
+    # order of the same steps (a `decide` is one step: its search and its write)
+    program_checks: ClassVar[tuple[str, ...]] = ("N2",)
+
     def config(self, workload: Workload) -> dict[str, Any]:
-        return {"agents": len(workload.inboxes)}
+        out: dict[str, Any] = {"agents": len(workload.inboxes)}
+        if getattr(workload, "family", None) == "letta":
+            out["archive"] = True  # one archival memory the agents share
+        return out
 
     def answer(self, point: GatePoint, judge: Picker) -> Any:
         if point.kind != "llm":
@@ -97,7 +110,11 @@ class LettaHost:
         return out
 
     def beliefs(self, observation: Mapping[str, Any], keys: Sequence[str]) -> Beliefs:
+        """The block's values of each key; after a program (whose keys are its steps'
+        texts, not the block's keys) the values of every key the block holds."""
         values = self._values(observation)
+        if "steps" in observation:
+            keys = sorted(values)
         return {k: belief_entry(values.get(k, [])) for k in keys}
 
     def recover(
@@ -117,4 +134,13 @@ class LettaHost:
         return out
 
     def recorded(self, observation: Mapping[str, Any], claim: SimClaim) -> bool:
+        op = getattr(claim, "op", None)
+        if op is not None:  # a program's step a crash interrupted: did it write?
+            text = str(claim.arg("text"))  # type: ignore[attr-defined]
+            if op == "insert":
+                return text in (observation.get("passages") or [])
+            if op == "remember":
+                block = (observation.get("block") or {}).get("value")
+                return tuple(x.strip() for x in text.split(" is ", 1)) in block_lines(block)
+            return False  # a decide's write is not told apart from the block's others
         return claim.value in self.recoverable(observation, claim.key)

@@ -14,8 +14,21 @@ and `LettaCoreToolExecutor` runs it: the new value is computed from the loaded s
 written by `agent_manager.update_memory_if_changed_async` through
 `block_manager.update_block_async` (Letta's comment there: "update the blocks (LRW)").
 
+A program of family "letta" (`toki/real/program.py`; `toki real run letta --workload
+archival-decide`) runs Letta's archival tools through the same executor, on one archive
+every agent is attached to: `insert` is `archival_memory_insert` (`passage_manager.
+insert_passage`: the passage's embedding, then its `archival_passages` row, then the system
+prompt rebuilt), `search` is `archival_memory_search` (the query's embedding, then pgvector's
+cosine order), `remember` writes a "<key> is <value>" line into the block (append / replace
+/ nothing, on the block as loaded at step start), and `decide` is a search and then, as the
+agent's next step (state loaded again), `remember` of the newest passage's value for the
+query's key. Embeddings are word-hash vectors (`stubs.embed`) at the agents' 64 dimensions
+(Letta pads them to its 4096-wide column), offline; they are no gate point (they read and
+write nothing shared).
+
 Gate points: every SQL statement Letta's engine runs on the tables the agents write (block:
-the tool's update; messages: the system prompt rebuilt for every agent of the block), before
+the tool's update; messages: the system prompt rebuilt for every agent of the block;
+archival_passages: an insert, and the search's select), before
 it runs ("sql.select" reads its tables;
 "sql.update" / "sql.insert" / "sql.delete" writes its target). Statements after the first
 write of a transaction run inside that point: a transaction parked while holding a row lock
@@ -43,7 +56,9 @@ from .controller import Controller
 
 __all__ = ["Adapter"]
 
-GATED = frozenset({"block", "messages", "agents", "provider_traces"})  # what steps write
+# what steps write (archival_passages: a program's archival_memory_insert)
+GATED = frozenset({"block", "messages", "agents", "provider_traces", "archival_passages"})
+EMBED_DIMS = 64  # the stub embedding config's dimension; Letta pads vectors to 4096
 LABEL = "shared"
 _TABLES = re.compile(r'\b(?:FROM|JOIN|UPDATE|INTO)\s+"?(\w+)"?', re.I)
 _WRITE = re.compile(r'^\s*(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+"?(\w+)"?', re.I)
@@ -86,6 +101,8 @@ class Adapter:
         self.letta = SyncServer(init_with_default_org_and_user=False)
         self.agents: list[str] = []
         self.user: Any = None
+        self.steps: list[dict[str, Any]] = []  # a program's steps, in the order they returned
+        _stub_embeddings()
         event.listen(engine.sync_engine, "before_cursor_execute", self._gate)
         event.listen(engine.sync_engine, "commit", self._clean)
         event.listen(engine.sync_engine, "rollback", self._clean)
@@ -136,9 +153,10 @@ class Adapter:
             conn.execute(self.text(f"truncate {', '.join(self.tables)} restart identity cascade"))
         n = int(config.get("agents") or 2)
         self.agents = [agent_id(i) for i in range(n)]
-        asyncio.run(self._build(str(config.get("initial") or "")))
+        self.steps = []
+        asyncio.run(self._build(str(config.get("initial") or ""), bool(config.get("archive"))))
 
-    async def _build(self, initial: str) -> None:
+    async def _build(self, initial: str, archive: bool = False) -> None:
         from letta.schemas.agent import CreateAgent
         from letta.schemas.block import Block
 
@@ -159,6 +177,16 @@ class Adapter:
                 actor=self.user,
                 _test_only_force_id=aid,
             )
+        if archive:  # one archive every agent searches and inserts into
+            shared = await s.archive_manager.create_archive_async(
+                name="shared",
+                embedding_config=letta_db.stub_configs(32_000)["embedding_config"],
+                actor=self.user,
+            )
+            for n, aid in enumerate(self.agents):
+                await s.archive_manager.attach_agent_to_archive_async(
+                    agent_id=aid, archive_id=shared.id, is_owner=n == 0, actor=self.user
+                )
 
     def agent_main(self, agent: int, inbox: list[dict[str, Any]]) -> list[Any]:
         return asyncio.run(self._agent(agent, inbox))
@@ -175,6 +203,8 @@ class Adapter:
             passage_manager=s.passage_manager,
             actor=self.user,
         )
+        if inbox and "op" in inbox[0]:
+            return await self._program(executor, agent, inbox)
         out: list[Any] = []
         for n, claim in enumerate(inbox):
             self.controller.begin_claim(n)
@@ -253,6 +283,89 @@ class Adapter:
         )
         return outcome
 
+    # -- programs of archival and core-memory tools (toki/real/program.py, family "letta") --
+
+    async def _program(self, executor: Any, agent: int, steps: list[dict[str, Any]]) -> list[Any]:
+        out: list[Any] = []
+        for n, step in enumerate(steps):
+            self.controller.begin_claim(n)
+            op = str(step["op"])
+            entry: dict[str, Any] = {"agent": agent, "step": n, "op": op}
+            try:
+                entry.update(await self._op(executor, self.agents[agent], op, step))
+            except Exception as exc:  # an application logs a failed call and goes on
+                entry["error"] = f"{type(exc).__name__}: {exc}"
+            self.steps.append(entry)
+            out.append(entry.get("tool", entry.get("error")))
+        return out
+
+    async def _op(self, executor: Any, aid: str, op: str, step: dict[str, Any]) -> dict[str, Any]:
+        """One step: `insert` runs archival_memory_insert; `remember` writes "<key> is
+        <value>" into the shared block; `search` runs archival_memory_search; `decide` is a
+        search and, in the agent's next step (state loaded again, as a step begins), the
+        block's line of the query's key set to the newest passage's value."""
+        s = self.letta
+        if op == "insert":
+            state = await s.agent_manager.get_agent_by_id_async(aid, actor=self.user)
+            result = await executor.execute(
+                "archival_memory_insert",
+                {"content": str(step["text"])},
+                None,
+                self.user,
+                agent_state=state,
+            )
+            return {"tool": _status("archival_memory_insert", result)}
+        if op in ("search", "decide"):
+            state = await s.agent_manager.get_agent_by_id_async(aid, actor=self.user)
+            query = str(step["query"])
+            result = await executor.execute(
+                "archival_memory_search", {"query": query}, None, self.user, agent_state=state
+            )
+            if result.status != "success":
+                return {"tool": _status("archival_memory_search", result)}
+            # newest first: what the agent acts on is the latest recorded passage
+            found = [
+                str(r["content"])
+                for r in sorted(
+                    result.func_return or [], key=lambda r: (str(r["timestamp"]), str(r["id"]))
+                )[::-1]
+            ]
+            if op == "search":
+                return {"tool": "archival_memory_search", "found": found}
+            values = [v for line in found for k, v in _lines(line) if k == query]
+            if not values:
+                return {"tool": "no tool call", "found": found, "decided": None}
+            out = await self._remember(executor, aid, f"{query} is {values[0]}")
+            return {**out, "found": found, "decided": values[0]}
+        if op == "remember":
+            return await self._remember(executor, aid, str(step["text"]))
+        raise ValueError(f"letta has no operation {op!r}")
+
+    async def _remember(self, executor: Any, aid: str, line: str) -> dict[str, Any]:
+        """The core-memory tool the host's policy picks for the line, on the block as the
+        agent's state holds it when its step begins: append a new key, replace another
+        value, nothing when the block says it already."""
+        key, _, value = line.partition(" is ")
+        state = await self.letta.agent_manager.get_agent_by_id_async(aid, actor=self.user)
+        seen = str(state.memory.get_block(LABEL).value)
+        mine = [v for k, v in _lines(seen) if k == key]
+        if value in mine:
+            return {"tool": "no tool call", "block": seen}
+        if not mine:
+            name, args = "core_memory_append", {"content": line}
+        else:
+            name, args = (
+                "core_memory_replace",
+                {
+                    "old_content": f"{key} is {mine[0]}",
+                    "new_content": line,
+                },
+            )
+        result = await executor.execute(
+            name, {"label": LABEL, **args}, None, self.user, agent_state=state
+        )
+        return {"tool": _status(name, result), "block": seen}
+
     async def _trace(self, state: Any, text: str, call: Any) -> None:
         """The provider trace the LLM client's telemetry writes after the call (request:
         the compiled system prompt, which holds the block as loaded; response: the call)."""
@@ -288,6 +401,14 @@ class Adapter:
                 "version": int(row[1]),
             }
         )
+
+    def _passages(self) -> list[str]:
+        """The archival passages' texts, in insertion order."""
+        with self.sync.connect() as conn:
+            rows = conn.execute(
+                self.text("select text from archival_passages order by created_at, id")
+            ).all()
+        return [str(r[0]) for r in rows]
 
     def snapshot(self) -> dict[str, Any]:
         return {"block": self._block()}
@@ -346,7 +467,11 @@ class Adapter:
                 out.append(str(state.memory.get_block(LABEL).value))
             return out
 
-        return {"block": self._block(), "agents_see": asyncio.run(views()), **self._record()}
+        out = {"block": self._block(), "agents_see": asyncio.run(views()), **self._record()}
+        passages = self._passages()
+        if self.steps or passages:  # a program's run (claims never touch the archive)
+            out.update(passages=passages, steps=list(self.steps))
+        return out
 
     def recover(self, config: dict[str, Any]) -> Any:
         return None  # no log of edits: the block row is what survives
@@ -357,3 +482,32 @@ class Adapter:
     def close(self) -> None:
         self.sync.dispose()
         self.server.cleanup()
+
+
+def _lines(text: str) -> list[tuple[str, str]]:
+    out = []
+    for line in text.splitlines():
+        key, sep, val = line.partition(" is ")
+        if sep:
+            out.append((key.strip(), val.strip()))
+    return out
+
+
+def _status(name: str, result: Any) -> str:
+    return (
+        name
+        if result.status == "success"
+        else f"error: {result.stderr[0] if result.stderr else ''}"
+    )
+
+
+def _stub_embeddings() -> None:
+    """Letta's OpenAI client's embeddings (the agents' embedding endpoint type): word-hash
+    vectors (`stubs.embed`) at the agents' dimension, offline. Not a gate point: an
+    embedding reads and writes nothing shared (as `stubs.Embedder`)."""
+    from letta.llm_api.openai_client import OpenAIClient
+
+    async def request_embeddings(self: Any, inputs: list[str], config: Any) -> list[list[float]]:
+        return [stubs.embed(t, int(config.embedding_dim or EMBED_DIMS)) for t in inputs]
+
+    OpenAIClient.request_embeddings = request_embeddings
