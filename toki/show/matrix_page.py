@@ -15,6 +15,7 @@ import csv
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,9 @@ def write_witness_pages(
             continue
         page = Path(witness).with_suffix(".html")
         try:
-            drawn = load_page(folder / witness, replay_real=False)
+            # named as the matrix links it (relative to the folder), not by where the folder
+            # was written, so the page is the same whatever path `--out` was given
+            drawn = replace(load_page(folder / witness, replay_real=False), source=witness)
         except TokiError as exc:
             problems.append(f"no page for {witness}: {exc}")
             continue
