@@ -24,6 +24,7 @@ from toki.canonical import canonical_json, decode_json
 from toki.checkpoint import text_digest
 from toki.errors import IntegrityError
 from toki.log import Event
+from toki.model import fact_key_of_text
 from toki.replay import replay
 from toki.store.sqlite import SQLiteStore
 
@@ -274,7 +275,7 @@ def test_a_forged_per_key_seq_is_named_on_first_use(where: Callable[[], Where]) 
     text = canonical_json(record)
     _set_checkpoint(w, text, text_digest(text))
     mem = Memory.open(w.url)
-    key = FactKey.from_json(record["keys"][0][0])
+    key = fact_key_of_text(record["keys"][0][0])
     with pytest.raises(IntegrityError, match="checkpoint recorded"):
         mem.history(key)
     mem._store.close()
@@ -552,3 +553,62 @@ def test_an_edited_version_row_is_named_on_first_use(
         mem.history(tail_key)
     assert not mem.verify().ok
     mem._store.close()
+
+
+def test_a_tail_event_is_decoded_only_when_its_key_is_used() -> None:
+    """SQLite reads the tail for the chain check without decoding payloads (LazyEvent); a
+    key's tail events are decoded, and verified, when that key is first used."""
+    import tempfile
+
+    from toki.log import LazyEvent
+
+    with tempfile.TemporaryDirectory() as tmp:
+        w = Where("sqlite", f"sqlite:///{tmp}/s.db", lambda: SQLiteStore(f"{tmp}/s.db"))
+        events = list(workload(7, 60).events())
+        _store(w, events, len(events) - 5)
+        mem = Memory.open(w.url)
+        tail = [e for e in mem._log._events if e.seq > len(events) - 5]
+        assert len(tail) == 5 and all(isinstance(e, LazyEvent) for e in tail)
+        key = tail[-1].key
+        mem.history(key)
+        assert all(type(e) is Event for e in tail if e.key == key)
+        assert tail == events[-5:]  # equal to what was written, field by field (decodes)
+        assert all(type(e) is Event for e in tail)
+        mem._store.close()
+
+
+def test_a_tail_payload_edited_outside_toki_is_never_served(where: Callable[[], Where]) -> None:
+    """A tail event's payload changed (its stored hash, id and link left): the link check at
+    open cannot see it (the link covers the hash), the payload check can: at open
+    (PostgreSQL decodes its tail) or when the key is first used (SQLite)."""
+    w, events = _checkpointed(where)
+    last = events[-1]
+    body = dict(decode_json(last.payload))
+    body["_edited"] = True
+    if w.kind == "sqlite":
+        w.sql("DROP TRIGGER toki_event_no_update")
+    else:
+        w.sql("ALTER TABLE toki_event DISABLE TRIGGER toki_event_append_only")
+    w.sql("UPDATE toki_event SET payload = ? WHERE seq = ?", (canonical_json(body), last.seq))
+    with pytest.raises(IntegrityError, match="payload hash mismatch"):
+        mem = Memory.open(w.url)
+        try:
+            mem.history(last.key)
+        finally:
+            mem._store.close()
+
+
+def test_a_record_of_the_first_format_is_ignored(where: Callable[[], Where]) -> None:
+    """Format 1 named keys by JSON objects and digested rows otherwise: never misread, the
+    open replays and writes a record of the current format."""
+    w, events = _checkpointed(where)
+    record = _record(w)
+    old = {**record, "format": 1, "keys": [[decode_json(t), n, d] for t, n, d in record["keys"]]}
+    text = canonical_json(old)
+    _set_checkpoint(w, text, text_digest(text))
+    with Memory.open(w.url) as mem:
+        assert mem.open_report is not None
+        assert mem.open_report.opened_from == "full replay (checkpoint of another format ignored)"
+        assert mem.state_hash() == Memory.replay(events).state_hash()
+        mem.checkpoint()
+    assert _record(w)["format"] == checkpoint_module.FORMAT == 2

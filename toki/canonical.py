@@ -156,10 +156,11 @@ def canonical_json(value: object) -> str:
     return _STDLIB.encode(value)
 
 
-def canonical_json_of_text(value: list[list[str]]) -> str:
-    """`canonical_json` of rows of strings, without its round-trip check: that check catches
-    the float spellings and reshaped types on which the two encoders differ, and rows of
-    strings have neither (the projection hashes one such row per live version)."""
+def canonical_json_of_text(value: list[list[str]] | dict[str, str]) -> str:
+    """`canonical_json` of rows of strings (or a mapping of strings to strings), without its
+    round-trip check: that check catches the float spellings and reshaped types on which the
+    two encoders differ, and strings have neither (the projection hashes one such row per
+    live version; a store names each key by one such mapping)."""
     try:
         return _FAST.encode(value).decode("utf-8")
     except (TypeError, ValueError, OverflowError):  # lone surrogates: as canonical_json does

@@ -30,7 +30,7 @@ from toki.chain import GENESIS, ChainCheck, link
 from toki.errors import IntegrityError
 from toki.judge import JudgeLog, Verdict
 from toki.log import Event, EventKind, EventLog
-from toki.model import FactKey
+from toki.model import FactKey, fact_key_of_text
 from toki.replay import FILL_LOCK, KeyState, KeySummary, LazyKeyState, Snapshot
 
 __all__ = [
@@ -44,8 +44,10 @@ __all__ = [
     "text_digest",
 ]
 
-FORMAT = 1
-"""The checkpoint record's format; another format is ignored (full replay), never misread."""
+FORMAT = 2
+"""The checkpoint record's format; another format is ignored (full replay), never misread.
+Format 2 names each key by its text (as its projection row does) and digests rows faster
+than format 1, whose records are ignored (the next open replays and writes a format-2 one)."""
 
 MIN_TAIL = 1000
 """A checkpoint is written once the tail (events after the last one) holds max(MIN_TAIL,
@@ -67,11 +69,12 @@ def text_digest(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """(seq, chain head at seq, per key: last per-key seq and projection-row digest)."""
+    """(seq, chain head at seq, per key: the key, its text, its last per-key seq and its
+    projection-row digest)."""
 
     seq: int
     head: str
-    keys: tuple[tuple[FactKey, int, str], ...]
+    keys: tuple[tuple[FactKey, str, int, str], ...]
 
     def to_text(self) -> str:
         return canonical_json(
@@ -79,7 +82,7 @@ class Checkpoint:
                 "format": FORMAT,
                 "seq": self.seq,
                 "head": self.head,
-                "keys": [[k.to_json(), n, d] for k, n, d in self.keys],
+                "keys": [[t, n, d] for _, t, n, d in self.keys],
             }
         )
 
@@ -93,8 +96,12 @@ class Checkpoint:
             data = decode_json(text)
             if data.get("format") != FORMAT:
                 return None
-            keys = tuple((FactKey.from_json(k), int(n), str(d)) for k, n, d in data["keys"])
-            return cls(int(data["seq"]), str(data["head"]), keys)
+            keys = []
+            for t, n, d in data["keys"]:
+                if not (type(t) is str and type(n) is int and type(d) is str):
+                    raise ValueError(f"entry {[t, n, d]!r} is not [key text, seq, digest]")
+                keys.append((fact_key_of_text(t), t, n, d))
+            return cls(int(data["seq"]), str(data["head"]), tuple(keys))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise IntegrityError(f"{where}: the checkpoint record is malformed: {exc}") from exc
 
@@ -148,36 +155,37 @@ class Source(Protocol):
 
 
 class LazyMap(dict[K, V]):
-    """A dict whose entries from the log's prefix load on the first miss or full read;
-    entries set before that (the tail's) are kept."""
+    """A dict whose entries from the log load on the first miss or full read, one loader at
+    a time in order (the cheap ones first) until the key is there; entries set before a
+    loader ran are kept."""
 
-    __slots__ = ("_load",)
+    __slots__ = ("_loads",)
 
-    def __init__(self, load: Callable[[], Mapping[K, V]] | None) -> None:
+    def __init__(self, *loads: Callable[[], Mapping[K, V]]) -> None:
         super().__init__()
-        self._load = load
+        self._loads = list(loads)
 
-    def _ensure(self) -> None:
+    def _ensure(self, key: object = None, every: bool = True) -> None:
         with FILL_LOCK:
-            load = self._load
-            if load is not None:
-                for k, v in load().items():
+            loads = self._loads
+            while loads and (every or not dict.__contains__(self, key)):
+                for k, v in loads.pop(0)().items():
                     dict.setdefault(self, k, v)
-                self._load = None
+
+    def _missing(self, key: object) -> None:
+        if self._loads and not dict.__contains__(self, key):
+            self._ensure(key, every=False)
 
     def get(self, key: K, default: Any = None) -> Any:
-        if self._load is not None and not dict.__contains__(self, key):
-            self._ensure()
+        self._missing(key)
         return dict.get(self, key, default)
 
     def __getitem__(self, key: K) -> V:
-        if self._load is not None and not dict.__contains__(self, key):
-            self._ensure()
+        self._missing(key)
         return dict.__getitem__(self, key)
 
     def __contains__(self, key: object) -> bool:
-        if self._load is not None and not dict.__contains__(self, key):
-            self._ensure()
+        self._missing(key)
         return dict.__contains__(self, key)
 
     def __iter__(self) -> Iterator[K]:
@@ -202,7 +210,7 @@ class LazyMap(dict[K, V]):
 
     def copy(self) -> LazyMap[K, V]:
         with FILL_LOCK:
-            other: LazyMap[K, V] = LazyMap(self._load)
+            other: LazyMap[K, V] = LazyMap(*self._loads)
             dict.update(other, self)
             return other
 
@@ -305,7 +313,10 @@ def lazy_snapshot(
     snapshot.seen = LazyIds(
         lambda event_id: source.has_event(event_id, upto), lambda: source.event_ids(upto)
     )
-    snapshot.version_key = LazyMap(lambda: source.version_keys(upto))
+    asserts = [e for e in tail if e.kind is EventKind.ASSERT]  # their versions: on demand
+    snapshot.version_key = LazyMap(
+        lambda: {e.version_ids[0]: e.key for e in asserts}, lambda: source.version_keys(upto)
+    )
     decisions: list[Snapshot] = []
 
     def folded() -> Snapshot:
@@ -322,9 +333,7 @@ def lazy_snapshot(
     pending: dict[FactKey, list[Event]] = {}
     for event in tail:  # what Snapshot.apply records beside the key state, now
         set.add(snapshot.seen, event.event_id)
-        if event.kind is EventKind.ASSERT:
-            snapshot.version_key[event.version_ids[0]] = event.key
-        elif event.kind is EventKind.DECISION:
+        if event.kind is EventKind.DECISION:
             snapshot._decision(event)
         pending.setdefault(event.key, []).append(event)
         snapshot.watermark = max(snapshot.watermark, event.seq)
@@ -354,7 +363,7 @@ class _Builder:
         self.source = source
         self.tail = tail
         self.row_of = row_of
-        self.seqs = {k: n for k, n, _ in checkpoint.keys}
+        self.seqs = {k: n for k, _, n, _ in checkpoint.keys}
         self.built: set[FactKey] = set()
         self.bulk: dict[FactKey, KeyState | IntegrityError] | None = None
 
@@ -437,7 +446,7 @@ class LazyLog(EventLog):
         super().__init__()
         self._base = checkpoint.seq
         self._head = (checkpoint.head, where)
-        self._key_seq = {k: n for k, n, _ in checkpoint.keys if n}
+        self._key_seq = {k: n for k, _, n, _ in checkpoint.keys if n}
         self._prefix: Callable[[], list[Event]] | None = prefix
 
     @property

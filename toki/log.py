@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,6 +28,7 @@ __all__ = [
     "Event",
     "EventKind",
     "EventLog",
+    "LazyEvent",
     "event_from_record",
     "event_to_record",
 ]
@@ -177,6 +179,116 @@ def event_from_record(
             )
     if deep and version is not None and version.computed_id() != version.id:
         raise IntegrityError(f"event seq {event.seq}: version id does not match its payload")
+    return event
+
+
+_PAYLOAD_FIELDS = frozenset({"recorded_at", "version_ids", "body", "version"})
+_DECODE_LOCK = threading.RLock()
+
+
+class LazyEvent(Event):
+    """An event read back with what its row holds (seq, per-key seq, kind, payload, its hash,
+    id, chain link) and the fact key the store filed it under; the payload is decoded and
+    verified (hash, id, that it names this key and per-key seq) on the first read of a field
+    only the payload gives. An open from a checkpoint chain-checks its tail with the row
+    fields alone and leaves each event so until its key is used (issue #37). A payload
+    that fails then raises IntegrityError naming the store (`lazy_event_type(where)`)."""
+
+    __slots__ = ()
+    where = "the store"
+
+    def __getattr__(self, name: str) -> Any:  # only for fields not set yet: the payload's
+        if name not in _PAYLOAD_FIELDS:
+            raise AttributeError(name)
+        self._decode()
+        return object.__getattribute__(self, name)
+
+    def _decode(self) -> None:
+        with _DECODE_LOCK:
+            if type(self) is Event:  # another thread decoded it meanwhile
+                return
+            where, seq = self.where, self.seq
+            record = {
+                "seq": seq,
+                "key_seq": self.key_seq,
+                "kind": self.kind.value,
+                "payload": self.payload,
+                "payload_hash": self.payload_hash,
+                "event_id": self.event_id,
+            }
+            try:
+                full = event_from_record(record)
+            except (KeyError, ValueError, TypeError) as exc:
+                raise IntegrityError(f"{where}: event seq {seq} is unreadable: {exc}") from exc
+            except IntegrityError as exc:
+                raise IntegrityError(
+                    f"{where}: {exc} (the row was changed outside toki; run `toki verify URL` "
+                    "and restore the store from a backup taken before it)"
+                ) from exc
+            if full.key != self.key:
+                raise IntegrityError(
+                    f"{where}: event seq {seq} is stored under another fact key than its "
+                    f"payload's ({full.key}): toki_event or toki_key was changed outside "
+                    "toki; run `toki verify URL`"
+                )
+            for name in _PAYLOAD_FIELDS:
+                object.__setattr__(self, name, object.__getattribute__(full, name))
+            object.__setattr__(self, "__class__", Event)
+
+    def decoded(self) -> Event:
+        self._decode()
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        self._decode()
+        return self == other
+
+    def __hash__(self) -> int:
+        self._decode()
+        return hash(self)
+
+    def __repr__(self) -> str:
+        self._decode()
+        return repr(self)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        self._decode()
+        return self.__reduce_ex__(protocol)
+
+
+@functools.lru_cache(maxsize=256)
+def lazy_event_type(where: str) -> type[LazyEvent]:
+    """A LazyEvent class whose errors name `where` (a class, not a field: a decoded event
+    turns into a plain Event in place, which needs the same slots)."""
+    return type("LazyEvent", (LazyEvent,), {"__slots__": (), "where": where})
+
+
+def lazy_event(
+    cls: type[LazyEvent],
+    seq: int,
+    key_seq: int,
+    kind: str,
+    key: FactKey,
+    payload: str,
+    payload_hash: str,
+    event_id: str,
+    chain: str | None,
+) -> LazyEvent:
+    """A LazyEvent of class `cls` from its row's fields (an unknown kind: IntegrityError)."""
+    try:
+        event_kind = EventKind(kind)
+    except ValueError as exc:
+        raise IntegrityError(f"{cls.where}: event seq {seq} is unreadable: {exc}") from exc
+    event = object.__new__(cls)
+    setattr_ = object.__setattr__
+    setattr_(event, "seq", int(seq))
+    setattr_(event, "key_seq", int(key_seq))
+    setattr_(event, "kind", event_kind)
+    setattr_(event, "key", key)
+    setattr_(event, "payload", str(payload))
+    setattr_(event, "payload_hash", str(payload_hash))
+    setattr_(event, "event_id", str(event_id))
+    setattr_(event, "chain", None if chain is None else str(chain))
     return event
 
 

@@ -166,7 +166,7 @@ class Memory:
         self._from_checkpoint = from_checkpoint and not repair_projection
         self._chain: ChainCheck | None = ChainCheck(self._store.url)
         self._checkpoint: Checkpoint | None = None  # the last one read or written
-        self._digests: dict[FactKey, str] = {}  # its projection-row digests, per key
+        self._digests: dict[str, str] = {}  # its projection-row digests, per key text
         self._dirty: set[FactKey] = set()  # keys folded since (their digests are stale)
         self._checkpoints = hasattr(self._store, "save_checkpoint") and not getattr(
             self._store, "read_only", False
@@ -322,7 +322,8 @@ class Memory:
         if checkpoint is None:
             return "checkpoint of another format ignored"
         seq = checkpoint.seq
-        read = self._store.load_tail(seq)  # type: ignore[attr-defined]
+        known = {t: k for k, t, _, _ in checkpoint.keys}
+        read = self._store.load_tail(seq, known)  # type: ignore[attr-defined]
         if read is None:  # PostgreSQL: writers kept committing events not yet sequenced
             return f"checkpoint at seq {seq} not used: concurrent writes kept the log unsequenced"
         at, tail, seal, at_seal, watermark, stored = read
@@ -341,7 +342,7 @@ class Memory:
         if problem is not None:
             return f"checkpoint at seq {seq} refused: {problem}"
         self._checkpoint = checkpoint
-        self._digests = {k: d for k, _, d in checkpoint.keys}
+        self._digests = {t: d for _, t, _, d in checkpoint.keys}
         self._log = LazyLog(checkpoint, lambda: self._store.prefix_events(seq), url)  # type: ignore[attr-defined]
         chain = self._chain = ChainCheck(url)
         chain.seq, chain.head = seq, checkpoint.head
@@ -376,28 +377,26 @@ class Memory:
         row that differs or is missing is compared with its key's fold from the log. The keys
         the tail touched check their row when first used (toki.checkpoint.lazy_snapshot)."""
         store: Any = self._store
-        keys = self._snapshot.keys
-        texts = {store.key_text(k): k for k in keys if k not in touched}
+        assert self._checkpoint is not None
+        keys = {t: k for k, t, _, _ in self._checkpoint.keys}  # (what open parsed)
+        skip = {store.key_text(k) for k in touched}
+        recorded = self._digests
         stored: dict[FactKey, KeySummary] = {}
         fresh: dict[FactKey, KeySummary] = {}
         checked = 0
-        for text in rows.keys() | texts.keys():
-            key = texts.get(text)
-            row = rows.get(text)
-            if key is None and text in rows and store.parse_row(row)[0] in touched:
+        digest_row = store.digest_row
+        for text in rows.keys() | recorded.keys():
+            if text in skip:
                 continue
             checked += 1
-            if (
-                row is not None
-                and key is not None
-                and store.digest_row(row) == self._digests.get(key)
-            ):
+            row = rows.get(text)
+            if row is not None and digest_row(row) == recorded.get(text):
                 continue  # the row the checkpoint's writer derived from the log
             if row is not None:
                 parsed, summary = store.parse_row(row)
                 stored[parsed] = summary
-            if key is not None:
-                fresh[key] = keys[key].summary()
+            if text in keys:
+                fresh[keys[text]] = self._snapshot.keys[keys[text]].summary()
         report = compare(stored, watermark, fresh, self._log.last_seq)
         return dataclasses.replace(report, keys_checked=checked)
 
@@ -412,17 +411,19 @@ class Memory:
             self._catch_up()
             seqs = self._log.key_seqs()
             rows = []
+            store: Any = self._store
             for key in sorted(self._snapshot.keys):
-                digest = self._digests.get(key)
+                text = store.key_text(key)
+                digest = self._digests.get(text)
                 if digest is None or key in self._dirty:
                     summary = self._snapshot.keys[key].summary()
-                    digest = self._store.projection_digest(key, summary)  # type: ignore[attr-defined]
-                rows.append((key, seqs.get(key, 0), digest))
+                    digest = store.projection_digest(key, summary)
+                rows.append((key, text, seqs.get(key, 0), digest))
             checkpoint = Checkpoint(self._log.last_seq, self._chain.head, tuple(rows))
             text = checkpoint.to_text()
             self._store.save_checkpoint(text, text_digest(text))  # type: ignore[attr-defined]
         self._checkpoint = checkpoint
-        self._digests = {k: d for k, _, d in rows}
+        self._digests = {t: d for _, t, _, d in rows}
         self._dirty.clear()
         return checkpoint
 

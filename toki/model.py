@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from toki.canonical import canonical_json, check_json, check_text, digest, shown
+from toki.canonical import (
+    canonical_json,
+    canonical_json_of_text,
+    check_json,
+    check_text,
+    decode_json,
+    digest,
+    shown,
+)
 from toki.errors import InvalidKey, InvalidValue
 from toki.time import Interval, format_instant, parse_instant
 
@@ -27,6 +36,8 @@ __all__ = [
     "Lifecycle",
     "Resolution",
     "Scope",
+    "fact_key_of_text",
+    "fact_key_text",
     "need_key",
     "need_source_hash",
     "need_weight",
@@ -141,6 +152,28 @@ def need_source_hash(source_hash: object, field: str = "source_hash") -> str | N
     return _need_text(field, source_hash, InvalidValue)
 
 
+def _plain_key(tenant: str, subject: str, fact_key: str, kind: str, key: str) -> bool:
+    """True when every check of a FactKey passes on a plain ASCII key (the common case, in one
+    pass: a store opens thousands of keys); False sends it to the checks that name the
+    problem, which also decide every non-ASCII key."""
+    if not (
+        type(tenant) is str
+        and type(subject) is str
+        and type(fact_key) is str
+        and type(key) is str
+        and ((kind == "global" and key == "*") or (kind in ("project", "task") and key != "*"))
+    ):
+        return False
+    text = tenant + "\x00" + subject + "\x00" + fact_key + "\x00" + key
+    return (
+        len(text) <= MAX_KEY_BYTES + 3  # then every field fits too
+        and text.isascii()
+        and text.count("\x00") == 3
+        and "" not in (tenant, subject, fact_key, key)
+        and not (tenant.isspace() or subject.isspace() or fact_key.isspace() or key.isspace())
+    )
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class FactKey:
     """The identity of a fact: (tenant, subject, scope_kind, scope_key, fact_key)."""
@@ -153,10 +186,12 @@ class FactKey:
     _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _key_text("tenant", self.tenant)
-        _key_text("subject", self.subject)
-        _key_text("fact_key", self.fact_key)
-        Scope(self.scope_kind, self.scope_key)  # validates
+        scope = (self.scope_kind, self.scope_key)
+        if not _plain_key(self.tenant, self.subject, self.fact_key, *scope):
+            _key_text("tenant", self.tenant)  # the checks that name what is wrong
+            _key_text("subject", self.subject)
+            _key_text("fact_key", self.fact_key)
+            Scope(self.scope_kind, self.scope_key)
         # keys are hashed on every event folded: compute the hash once
         object.__setattr__(
             self,
@@ -196,6 +231,35 @@ class FactKey:
 
     def __str__(self) -> str:
         return f"{self.tenant}:{self.subject}:{self.scope_kind}/{self.scope_key}:{self.fact_key}"
+
+
+def fact_key_text(key: FactKey) -> str:
+    """A key as the projection tables and the checkpoint record name it (canonical JSON)."""
+    return canonical_json_of_text(key.to_json())
+
+
+_PLAIN = r'([ !#-\[\]-~]*)'  # printable ASCII but " and \: JSON writes it as it is
+_PLAIN_KEY_TEXT = re.compile(
+    f'{{"fact_key":"{_PLAIN}","scope_key":"{_PLAIN}","scope_kind":"{_PLAIN}",'
+    f'"subject":"{_PLAIN}","tenant":"{_PLAIN}"}}'
+)
+
+
+def fact_key_of_text(text: str, strict: bool = True) -> FactKey:
+    """The key whose `fact_key_text` is `text`; ValueError (InvalidKey) if there is none (strict:
+    also if `text` is JSON of a key but not its canonical text). A plain ASCII key is read
+    with one regex match (an open reads one per key in the record)."""
+    plain = _PLAIN_KEY_TEXT.fullmatch(text)
+    if plain is not None:
+        fact_key, scope_key, scope_kind, subject, tenant = plain.groups()
+        return FactKey(tenant, subject, fact_key, scope_kind, scope_key)
+    data = decode_json(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"key text {text!r} is not a JSON object")
+    key = FactKey.from_json(data)
+    if strict and fact_key_text(key) != text:
+        raise ValueError(f"key text {text!r} is not the canonical text of {key}")
+    return key
 
 
 class Lifecycle(enum.Enum):

@@ -111,7 +111,7 @@ def checkpoint_problem(store: EventStore, events: list[Event]) -> str | None:
     prefix = replay(events[:seq])
     digest = store.projection_digest  # type: ignore[attr-defined]
     expected = {k: (s.last_key_seq, digest(k, s.summary())) for k, s in prefix.keys.items()}
-    recorded = {k: (n, d) for k, n, d in checkpoint.keys}
+    recorded = {k: (n, d) for k, _, n, d in checkpoint.keys}
     if recorded != expected:
         bad = sorted(
             k for k in expected.keys() | recorded.keys() if expected.get(k) != recorded.get(k)

@@ -14,17 +14,19 @@ from typing import Any, Protocol, TypeVar
 
 from toki.errors import IntegrityError, InvalidInput, StoreError
 from toki.isolation import Isolation
-from toki.log import Event, event_from_record
-from toki.model import FactKey
+from toki.log import Event, event_from_record, lazy_event, lazy_event_type
+from toki.model import FactKey, fact_key_of_text
 from toki.replay import KeySummary
 
 __all__ = [
     "ALL_SEQS",
+    "LAZY_COLUMNS",
     "EventStore",
     "Operation",
     "Plan",
     "Steps",
     "drive",
+    "lazy_events_from_rows",
     "sqlite_path",
     "transact_steps",
 ]
@@ -199,3 +201,30 @@ def events_from_rows(rows: Sequence[Sequence[object]], where: str) -> Iterator[E
                 f"{where}: {exc} (the row was changed outside toki; run `toki verify URL` "
                 "and restore the store from a backup taken before it)"
             ) from exc
+
+
+LAZY_COLUMNS = LOG_COLUMNS + ", key_text"
+"""An event row with its link and the text of the fact key it is filed under
+(`lazy_events_from_rows`; `key_text` is the canonical JSON of the key)."""
+
+
+def lazy_events_from_rows(
+    rows: Sequence[Sequence[Any]], where: str, known: Mapping[str, FactKey] | None = None
+) -> list[Event]:
+    """Stored event rows (`LAZY_COLUMNS`) as LazyEvents: the payload decoded and verified on
+    first use (toki.log.LazyEvent), the key parsed once per key text (`known`: texts already
+    parsed, e.g. a checkpoint record's)."""
+    cls = lazy_event_type(where)
+    keys: dict[str, FactKey] = dict(known or {})
+    out: list[Event] = []
+    for seq, key_seq, kind, payload, payload_hash, event_id, chain, text in rows:
+        key = keys.get(text)
+        if key is None:
+            try:
+                key = keys[text] = fact_key_of_text(str(text))
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise IntegrityError(
+                    f"{where}: event seq {seq} is filed under an unreadable fact key: {exc}"
+                ) from exc
+        out.append(lazy_event(cls, seq, key_seq, kind, key, payload, payload_hash, event_id, chain))
+    return out

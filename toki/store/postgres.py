@@ -561,10 +561,13 @@ class PostgresStore:
         with self._locked(), self._conn.cursor() as cur:
             pg_checkpoint.save_record(cur, self.url, text, text_digest)
 
-    def load_tail(self, seq: int) -> pg_checkpoint.Tail | None:
+    def load_tail(
+        self, seq: int, known: Mapping[str, FactKey] | None = None
+    ) -> pg_checkpoint.Tail | None:
         """The consistent read of an open from a checkpoint at `seq`
         (`pg_checkpoint.load_tail`), sequencing pending events first; None if concurrent
-        writers kept committing unsequenced events across a few tries."""
+        writers kept committing unsequenced events across a few tries. (`known` is for
+        the SQLite store's key texts; this backend's tail names keys by their columns.)"""
         for _ in range(TAIL_TRIES):
             with self._lock, self._errors(), self._snapshot() as cur:
                 found = pg_checkpoint.load_tail(cur, self.url, seq)
