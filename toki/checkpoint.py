@@ -41,6 +41,7 @@ __all__ = [
     "Source",
     "due",
     "lazy_snapshot",
+    "row_digest",
     "text_digest",
 ]
 
@@ -65,6 +66,13 @@ def due(last_seq: int, checkpoint_seq: int, keys: int) -> bool:
 
 def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def row_digest(row: Sequence[object]) -> str:
+    """sha256 of a projection row (a checkpoint records one per key): of its tuple's repr,
+    which tells every str, int, float, bytes, None and list apart (unlike a join) and costs
+    a fifth of a JSON encoding (an open digests every row)."""
+    return hashlib.sha256(repr(tuple(row)).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,8 +346,13 @@ def lazy_snapshot(
         pending.setdefault(event.key, []).append(event)
         snapshot.watermark = max(snapshot.watermark, event.seq)
     builder = _Builder(checkpoint, source, pending, row_of)
-    for key in [*builder.seqs, *(k for k in pending if k not in builder.seqs)]:
-        snapshot.keys[key] = LazyKeyState(key, builder.filler(key))
+    fill = builder.fill
+    keys = snapshot.keys
+    for key in builder.seqs:
+        keys[key] = LazyKeyState(key, fill)
+    for key in pending:
+        if key not in keys:
+            keys[key] = LazyKeyState(key, fill)
     return snapshot
 
 
@@ -366,9 +379,6 @@ class _Builder:
         self.seqs = {k: n for k, _, n, _ in checkpoint.keys}
         self.built: set[FactKey] = set()
         self.bulk: dict[FactKey, KeyState | IntegrityError] | None = None
-
-    def filler(self, key: FactKey) -> Callable[[], KeyState]:
-        return lambda: self.fill(key)
 
     def fill(self, key: FactKey) -> KeyState:
         if self.bulk is None and len(self.built) >= BULK_AFTER:

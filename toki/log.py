@@ -267,7 +267,7 @@ def lazy_event(
     cls: type[LazyEvent],
     seq: int,
     key_seq: int,
-    kind: str,
+    kind: object,
     key: FactKey,
     payload: str,
     payload_hash: str,
@@ -275,21 +275,23 @@ def lazy_event(
     chain: str | None,
 ) -> LazyEvent:
     """A LazyEvent of class `cls` from its row's fields (an unknown kind: IntegrityError)."""
-    try:
-        event_kind = EventKind(kind)
-    except ValueError as exc:
-        raise IntegrityError(f"{cls.where}: event seq {seq} is unreadable: {exc}") from exc
+    event_kind = _KINDS.get(kind) if isinstance(kind, str) else None
+    if event_kind is None:
+        raise IntegrityError(f"{cls.where}: event seq {seq} is unreadable: kind {kind!r}")
     event = object.__new__(cls)
     setattr_ = object.__setattr__
     setattr_(event, "seq", int(seq))
     setattr_(event, "key_seq", int(key_seq))
     setattr_(event, "kind", event_kind)
     setattr_(event, "key", key)
-    setattr_(event, "payload", str(payload))
-    setattr_(event, "payload_hash", str(payload_hash))
-    setattr_(event, "event_id", str(event_id))
+    setattr_(event, "payload", payload)  # a str from a TEXT column; anything else fails
+    setattr_(event, "payload_hash", payload_hash)  # the link or payload check on use
+    setattr_(event, "event_id", event_id)
     setattr_(event, "chain", None if chain is None else str(chain))
     return event
+
+
+_KINDS = {kind.value: kind for kind in EventKind}
 
 
 class EventLog:

@@ -238,7 +238,9 @@ def fact_key_text(key: FactKey) -> str:
     return canonical_json_of_text(key.to_json())
 
 
-_PLAIN = r'([ !#-\[\]-~]*)'  # printable ASCII but " and \: JSON writes it as it is
+_PLAIN = r"( *[!#-\[\]-~][ !#-\[\]-~]*)"
+r"""A plain key field: printable ASCII but " and \ (JSON writes it as it is), with at least
+one character other than a space (so neither empty nor blank)."""
 _PLAIN_KEY_TEXT = re.compile(
     f'{{"fact_key":"{_PLAIN}","scope_key":"{_PLAIN}","scope_kind":"{_PLAIN}",'
     f'"subject":"{_PLAIN}","tenant":"{_PLAIN}"}}'
@@ -246,19 +248,39 @@ _PLAIN_KEY_TEXT = re.compile(
 
 
 def fact_key_of_text(text: str, strict: bool = True) -> FactKey:
-    """The key whose `fact_key_text` is `text`; ValueError (InvalidKey) if there is none (strict:
-    also if `text` is JSON of a key but not its canonical text). A plain ASCII key is read
-    with one regex match (an open reads one per key in the record)."""
+    """The key whose `fact_key_text` is `text`; ValueError (InvalidKey) if there is none
+    (strict: also if `text` is JSON of a key but not its canonical text). A plain ASCII key
+    is read with one regex match, its remaining checks inline (an open reads one key per
+    record entry); anything else goes through FactKey's own checks."""
     plain = _PLAIN_KEY_TEXT.fullmatch(text)
     if plain is not None:
-        fact_key, scope_key, scope_kind, subject, tenant = plain.groups()
-        return FactKey(tenant, subject, fact_key, scope_kind, scope_key)
+        fields = fact_key, scope_key, scope_kind, subject, tenant = plain.groups()
+        if (
+            scope_kind in SCOPE_KINDS
+            and (scope_kind == "global") == (scope_key == "*")
+            and max(map(len, fields)) <= MAX_KEY_BYTES
+        ):  # every check of FactKey and Scope holds: build it without running them again
+            return _checked_key((tenant, subject, fact_key, scope_kind, scope_key))
     data = decode_json(text)
     if not isinstance(data, dict):
         raise ValueError(f"key text {text!r} is not a JSON object")
     key = FactKey.from_json(data)
     if strict and fact_key_text(key) != text:
         raise ValueError(f"key text {text!r} is not the canonical text of {key}")
+    return key
+
+
+def _checked_key(values: tuple[str, str, str, str, str]) -> FactKey:
+    """A FactKey of (tenant, subject, fact_key, scope_kind, scope_key) that passed every
+    check already: its fields set as the dataclass's __init__ would."""
+    key = object.__new__(FactKey)
+    setattr_ = object.__setattr__
+    setattr_(key, "tenant", values[0])
+    setattr_(key, "subject", values[1])
+    setattr_(key, "fact_key", values[2])
+    setattr_(key, "scope_kind", values[3])
+    setattr_(key, "scope_key", values[4])
+    setattr_(key, "_hash", hash(values))
     return key
 
 

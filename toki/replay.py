@@ -604,7 +604,7 @@ class LazyKeyState(KeyState):
 
     __slots__ = ()
 
-    def __init__(self, key: FactKey, fill: Callable[[], KeyState]) -> None:
+    def __init__(self, key: FactKey, fill: Callable[[FactKey], KeyState]) -> None:
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "_fill", fill)
 
@@ -612,7 +612,7 @@ class LazyKeyState(KeyState):
         with FILL_LOCK:
             if type(self) is LazyKeyState:
                 fill = object.__getattribute__(self, "_fill")
-                full = fill()
+                full = fill(object.__getattribute__(self, "key"))
                 for slot in _STATE_FIELDS:
                     object.__setattr__(self, slot, object.__getattribute__(full, slot))
                 object.__setattr__(self, "_fill", None)

@@ -16,12 +16,12 @@ from typing import Any
 
 import psycopg
 
-from toki.canonical import canonical_json, decode_json
+from toki.canonical import decode_json
 from toki.chain import Digest
-from toki.checkpoint import check_key_events, text_digest
+from toki.checkpoint import check_key_events, row_digest
 from toki.errors import IntegrityError
 from toki.log import Event
-from toki.model import FactKey
+from toki.model import FactKey, fact_key_text
 from toki.replay import KeySummary
 from toki.store.base import LOG_COLUMNS, events_from_rows
 from toki.store.pg_projection import read_projection
@@ -39,8 +39,7 @@ _VERSION_COLS = (
 )  # pg_rows.version_table's columns, for a subset of the rows
 
 
-def key_text(key: FactKey) -> str:
-    return canonical_json(key.to_json())
+key_text = fact_key_text
 
 
 def row_of_summary(key: FactKey, s: KeySummary) -> Row:
@@ -54,8 +53,7 @@ def row_of_summary(key: FactKey, s: KeySummary) -> Row:
     )
 
 
-def digest_row(row: Sequence[Any]) -> str:
-    return text_digest(canonical_json(list(row)))
+digest_row = row_digest
 
 
 def parse_row(row: Sequence[Any]) -> tuple[FactKey, KeySummary]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from toki.canonical import canonical_json, decode_json
 from toki.chain import GENESIS, Digest, check_seal, consumption_link, link
-from toki.checkpoint import check_key_events
+from toki.checkpoint import check_key_events, row_digest
 from toki.errors import (
     ConstraintViolation,
     IntegrityError,
@@ -844,13 +844,6 @@ def _projection_row(key: FactKey, s: KeySummary) -> tuple[object, ...]:
         s.open_intervals,
         json.dumps([list(seg) for seg in s.segments]),
     )
-
-
-def row_digest(row: Sequence[object]) -> str:
-    """sha256 of a `toki_current` row as stored (a checkpoint records one per key): of its
-    tuple's repr, which tells every str, int, float, bytes and None apart (unlike a join)
-    and costs a fifth of a JSON encoding (an open digests every row)."""
-    return hashlib.sha256(repr(tuple(row)).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def summary_of_row(row: Sequence[Any]) -> tuple[FactKey, KeySummary]:
