@@ -123,7 +123,7 @@ CASES = dict(
     script=st.sampled_from(["conflicts", "lifecycle"]),
     script_seed=st.integers(0, 10**6),
     at=st.floats(0, 1),
-    bulk_after=st.sampled_from([0, 1, 64]),
+    bulk_share=st.sampled_from([0.0, 0.05, 1.0, 2.0]),
 )
 HEALTH = [HealthCheck.function_scoped_fixture]
 
@@ -137,13 +137,14 @@ def test_checkpoint_open_equals_full_replay(
     script: str,
     script_seed: int,
     at: float,
-    bulk_after: int,
+    bulk_share: float,
 ) -> None:
-    """bulk_after: keys built one by one before the rest are built in one pass."""
+    """bulk_share: the share of the prefix read key by key before the rest is built in one
+    pass (0: at the first key; 2.0: after reading twice the prefix key by key)."""
     path = tmp_path_factory.mktemp("ckpt") / "store.db"
     w = Where("sqlite", f"sqlite:///{path}", lambda: SQLiteStore(path))
-    _with_bulk_after(
-        bulk_after, lambda: _checkpoint_open_equals_full_replay(w, script, script_seed, at)
+    _with_bulk_share(
+        bulk_share, lambda: _checkpoint_open_equals_full_replay(w, script, script_seed, at)
     )
 
 
@@ -157,7 +158,7 @@ def test_checkpoint_open_equals_full_replay_on_postgresql(
     script: str,
     script_seed: int,
     at: float,
-    bulk_after: int,
+    bulk_share: float,
 ) -> None:
     """The same law on PostgreSQL (fewer examples: each one is a schema on the server)."""
     from toki.store.pg_rows import with_schema
@@ -167,17 +168,17 @@ def test_checkpoint_open_equals_full_replay_on_postgresql(
     w = Where(
         "postgresql", with_schema(pg_dsn, schema), lambda: PostgresStore(pg_dsn, schema=schema)
     )
-    _with_bulk_after(
-        bulk_after, lambda: _checkpoint_open_equals_full_replay(w, script, script_seed, at)
+    _with_bulk_share(
+        bulk_share, lambda: _checkpoint_open_equals_full_replay(w, script, script_seed, at)
     )
 
 
-def _with_bulk_after(bulk_after: int, run: Callable[[], None]) -> None:
-    saved, checkpoint_module.BULK_AFTER = checkpoint_module.BULK_AFTER, bulk_after
+def _with_bulk_share(bulk_share: float, run: Callable[[], None]) -> None:
+    saved, checkpoint_module.BULK_SHARE = checkpoint_module.BULK_SHARE, bulk_share
     try:
         run()
     finally:
-        checkpoint_module.BULK_AFTER = saved
+        checkpoint_module.BULK_SHARE = saved
 
 
 def _checkpoint_open_equals_full_replay(w: Where, script: str, script_seed: int, at: float) -> None:

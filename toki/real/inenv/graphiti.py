@@ -534,19 +534,14 @@ class Adapter:
         `<path>.wal`): what a restarted process opens."""
         return [] if self.path is None else [self.path, self.path + ".wal"]
 
-    def handover(self) -> dict[str, Any]:
-        """What a restarted process is started with: the database file's path, the groups,
-        the adapter's own step log; no Graphiti or Kuzu object (server.py, `resume`)."""
-        return {"path": self.path, "groups": self.groups, "steps": self.steps, "bound": self.bound}
+    HANDOVER = ("path", "groups", "steps", "bound")
+    """What a restarted process is started with (server.py copies these attributes): the
+    database file's path, the groups, the adapter's own step log; no Graphiti or Kuzu
+    object. `resumed` then gives the new process a scratch folder; `reopen` opens the files."""
 
-    def resume(self, state: dict[str, Any]) -> None:
-        """In a new worker process: take over a dead one's run; `reopen` opens the files."""
+    def resumed(self) -> None:
         if self.root is None:
             self.root = tempfile.mkdtemp(prefix="toki-real-kuzu-")
-        self.path = str(state["path"])
-        self.groups = list(state["groups"])
-        self.steps = list(state["steps"])
-        self.bound = dict(state["bound"])
 
     def reopen(self) -> None:
         """A fresh Graphiti, in the new worker process, over the files the dead process

@@ -170,27 +170,11 @@ class Adapter:
         self.stack.callback(conn.close)
         return self.Saver(conn)
 
-    def handover(self) -> dict[str, Any]:
-        """What a restarted process is started with: the DSN and schema, the id stream's
-        position (a restarted service does not re-draw ids), and the adapter's records of
-        the run (side effects that ran, steps); no connection (server.py, `resume`)."""
-        return {
-            "dsn": self.dsn,
-            "schema": self.schema,
-            "url": self.url,
-            "ids": self.ids,
-            "effects": self.effects,
-            "steps": self.steps,
-            "instance": self.instance,
-            "barrier": self.barrier,
-        }
-
-    def resume(self, state: dict[str, Any]) -> None:
-        """In a new worker process: take over a dead one's run; `reopen` connects."""
-        self.dsn, self.schema, self.url = str(state["dsn"]), str(state["schema"]), state["url"]
-        self.ids = int(state["ids"])
-        self.effects, self.steps = list(state["effects"]), list(state["steps"])
-        self.instance, self.barrier = int(state["instance"]), bool(state["barrier"])
+    HANDOVER = ("dsn", "schema", "url", "ids", "effects", "steps", "instance", "barrier")
+    """What a restarted process is started with (server.py copies these attributes): the
+    DSN and schema, the id stream's position (a restarted service does not re-draw ids),
+    and the adapter's records of the run (side effects that ran, steps); no connection.
+    `reopen` connects."""
 
     def reopen(self) -> None:
         """In the new worker process (the dead one's connections died with it, unclosed):

@@ -691,29 +691,10 @@ class Adapter:
         base = os.path.join(self.run_dir, "faiss", "toki")
         return [base + ".faiss", base + ".pkl"]
 
-    def handover(self) -> dict[str, Any]:
-        """What a restarted process is started with: the run's configuration (its files'
-        paths) and the adapter's own step log, no mem0 object (server.py, `resume`)."""
-        return {
-            "run_dir": self.run_dir,
-            "cfg": self.cfg,
-            "users": self.users,
-            "processes": self.processes,
-            "agents": self.agents,
-            "steps": self.steps,
-            "bound": self.bound,
-        }
-
-    def resume(self, state: dict[str, Any]) -> None:
-        """In a new worker process: take over a dead one's run; `reopen` opens the files."""
-        self.run_dir = str(state["run_dir"])
-        self.cfg = dict(state["cfg"])
-        self.users = list(state["users"])
-        self.processes = bool(state["processes"])
-        self.agents = int(state["agents"])
-        self.steps = list(state["steps"])
-        self.bound = dict(state["bound"])
-        self.memory, self.instances = None, {}
+    HANDOVER = ("run_dir", "cfg", "users", "processes", "agents", "steps", "bound")
+    """What a restarted process is started with (server.py copies these attributes): the
+    run's configuration (its files' paths) and the adapter's own step log, no mem0 object;
+    `reopen` opens the files."""
 
     def reopen(self) -> None:
         """mem0 from the files the dead process left: a new Memory over the same config, in

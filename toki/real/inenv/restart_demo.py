@@ -67,11 +67,7 @@ class Adapter(DocumentLibrary):
     def durable_files(self) -> list[str]:
         return [self.path] if self.path else []
 
-    def handover(self) -> dict[str, Any]:
-        return {"path": self.path}
-
-    def resume(self, state: dict[str, Any]) -> None:
-        self.path = str(state["path"])
+    HANDOVER = ("path",)
 
     def reopen(self) -> None:
         _BUILT[0] += 1

@@ -36,9 +36,10 @@ the library there. The handover carries no state of the library: the controller'
 id streams (a restarted service neither rewinds time nor re-draws ids: the run stays a
 function of the schedule), the host's records (the timeline, points released), the dead
 worker's scratch folder (removed at the next `open` or `close`) and what the adapter's
-`handover()` returns: the configuration a restarted process is started with (file paths, a
-DSN) and the adapter's own records of the run (its step log), never a library object.
-An adapter that can restart has `reopen`, `handover` and `resume(state)`.
+`HANDOVER` names: the attributes holding the configuration a restarted process is started
+with (file paths, a DSN) and the adapter's own records of the run (its step log), never a
+library object. An adapter that can restart has `reopen` and `HANDOVER` (and `resumed()`
+where the new process needs more than those attributes before `reopen`).
 
 The library's own prints go to stderr: the protocol owns the real stdout.
 """
@@ -99,7 +100,7 @@ class Worker:
                 "python": sys.version.split()[0],
                 **self.adapter.describe(),
                 "restartable": all(
-                    hasattr(self.adapter, hook) for hook in ("reopen", "handover", "resume")
+                    hasattr(self.adapter, hook) for hook in ("reopen", "HANDOVER")
                 ),
                 "tearable": hasattr(self.adapter, "durable_files"),
                 "is_async": bool(getattr(self.adapter, "is_async", False)),
@@ -150,6 +151,7 @@ class Worker:
             if last is not None:
                 torn = faults.tear(last)
             root = getattr(self.adapter, "root", None)
+            handed = getattr(self.adapter, "HANDOVER", ())
             handover = {
                 "clock": {
                     "seed": ctl.seed,
@@ -160,7 +162,7 @@ class Worker:
                 "released": self.released_before + len(ctl.executed),
                 "timeline": self.timeline,
                 "stale": [*self.stale, *([root] if isinstance(root, str) else [])],
-                "adapter": self.adapter.handover() if hasattr(self.adapter, "handover") else None,
+                "adapter": {name: getattr(self.adapter, name) for name in handed},
             }
             return {"killed": killed, "torn": torn, "handover": handover}
         if op == "resume":
@@ -173,7 +175,11 @@ class Worker:
             self.released_before = int(state["released"])
             self.timeline = list(state["timeline"])
             self.stale = [str(p) for p in state["stale"]]
-            self.adapter.resume(state["adapter"])
+            for name in self.adapter.HANDOVER:  # the dead worker's, as it handed them over
+                setattr(self.adapter, name, state["adapter"][name])
+            resumed = getattr(self.adapter, "resumed", None)
+            if resumed is not None:
+                resumed()
             return {"pid": os.getpid()}
         if op == "reopen":
             self.released_before += len(ctl.executed)
