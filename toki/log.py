@@ -235,10 +235,6 @@ class LazyEvent(Event):
                 object.__setattr__(self, name, object.__getattribute__(full, name))
             object.__setattr__(self, "__class__", Event)
 
-    def decoded(self) -> Event:
-        self._decode()
-        return self
-
     def __eq__(self, other: object) -> bool:
         self._decode()
         return self == other

@@ -360,7 +360,7 @@ class Memory:
         if config is not None:
             self._operators = {f: OPERATORS[o] for f, o in config.operators}
         report = dataclasses.replace(
-            self._reconcile_tail(stored, watermark, touched),
+            self._reconcile_tail(stored, watermark, touched, known),
             opened_from=f"checkpoint at seq {seq} ({len(admitted)} tail events on "
             f"{len(touched)} keys, whose projection rows are checked on first use)",
         )
@@ -370,15 +370,18 @@ class Memory:
         return None
 
     def _reconcile_tail(
-        self, rows: Mapping[str, Sequence[Any]], watermark: int, touched: set[FactKey]
+        self,
+        rows: Mapping[str, Sequence[Any]],
+        watermark: int,
+        touched: set[FactKey],
+        keys: Mapping[str, FactKey],
     ) -> ReconcileReport:
         """Reconcile after a checkpointed open: every stored row (as stored, by key text) of
         a key the tail did not touch against the digest the checkpoint recorded for it; a
         row that differs or is missing is compared with its key's fold from the log. The keys
-        the tail touched check their row when first used (toki.checkpoint.lazy_snapshot)."""
+        the tail touched check their row when first used (toki.checkpoint.lazy_snapshot).
+        `keys`: the record's keys by text, as the open parsed them."""
         store: Any = self._store
-        assert self._checkpoint is not None
-        keys = {t: k for k, t, _, _ in self._checkpoint.keys}  # (what open parsed)
         skip = {store.key_text(k) for k in touched}
         recorded = self._digests
         stored: dict[FactKey, KeySummary] = {}

@@ -26,7 +26,6 @@ function of the seed. A file barrier makes them start writing together, so they 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -361,7 +360,7 @@ def run_mem0(
     all that stay). reload=True: each add builds a new Memory first, loading the files as
     they are then (a process per request): a memory is lost only when another process saves
     between this one's load and its save, which the OS interleaving decides."""
-    from toki.real.session import WORKER_ROOT
+    from toki.real.session import worker_env
     from toki.real.systems import get_real_system, worker_python
 
     _positive("--processes", processes)
@@ -389,17 +388,7 @@ def run_mem0(
         }
         spec_path = here / "spec.json"
         spec_path.write_text(json.dumps(spec, sort_keys=True))
-        env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TMPDIR") if k in os.environ}
-        env.update(
-            {
-                **real.env,
-                "PYTHONPATH": str(WORKER_ROOT),
-                "HOME": str(home),
-                "MEM0_DIR": str(home / "mem0"),
-                "TZ": "UTC",
-                "PYTHONDONTWRITEBYTECODE": "1",
-            }
-        )
+        env = worker_env(str(home), {**real.env, "MEM0_DIR": str(home / "mem0")})
         argv = [python, "-u", "-m", "inenv.mem0_procs", str(spec_path)]
         t0 = time.perf_counter()
         reports = run_processes(

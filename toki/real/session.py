@@ -24,10 +24,27 @@ from typing import IO, Any
 
 from toki.real.errors import NetworkRefused, WorkerError
 
-__all__ = ["Session"]
+__all__ = ["Session", "worker_env"]
 
 WORKER_ROOT = Path(__file__).resolve().parent  # contains the `inenv` package
 _KEEP = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT", "TMPDIR", "TOKI_REAL_POOLS")
+
+
+def worker_env(home: str, extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a process in a library's environment: only the variables in _KEEP
+    from ours, the `inenv` package importable, its own HOME, UTC, no bytecode written; then
+    `extra` (the system's variables, the caller's)."""
+    env = {k: os.environ[k] for k in _KEEP if k in os.environ}
+    env.update(
+        {
+            "PYTHONPATH": str(WORKER_ROOT),
+            "HOME": home,
+            "TZ": "UTC",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+    )
+    env.update(extra)
+    return env
 
 
 class Session:
@@ -44,18 +61,10 @@ class Session:
     ) -> None:
         self.system = system
         self._home = tempfile.TemporaryDirectory(prefix="toki-real-home-")
-        base = {k: os.environ[k] for k in _KEEP if k in os.environ}
-        base.update(
-            {
-                "PYTHONPATH": str(WORKER_ROOT),
-                "HOME": self._home.name,
-                "TZ": "UTC",
-                "PYTHONHASHSEED": "0",
-                "PYTHONDONTWRITEBYTECODE": "1",
-                "TOKI_REAL_GATE_TIMEOUT": str(gate_timeout),
-            }
+        base = worker_env(
+            self._home.name,
+            {"PYTHONHASHSEED": "0", "TOKI_REAL_GATE_TIMEOUT": str(gate_timeout), **(env or {})},
         )
-        base.update(env or {})
         self._log: IO[str] = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives with the session
             "w+", prefix=f"toki-real-{system}-", suffix=".log", delete=False
         )

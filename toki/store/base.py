@@ -20,7 +20,6 @@ from toki.replay import KeySummary
 
 __all__ = [
     "ALL_SEQS",
-    "LAZY_COLUMNS",
     "EventStore",
     "Operation",
     "Plan",
@@ -203,15 +202,11 @@ def events_from_rows(rows: Sequence[Sequence[object]], where: str) -> Iterator[E
             ) from exc
 
 
-LAZY_COLUMNS = LOG_COLUMNS + ", key_text"
-"""An event row with its link and the text of the fact key it is filed under
-(`lazy_events_from_rows`; `key_text` is the canonical JSON of the key)."""
-
-
 def lazy_events_from_rows(
     rows: Sequence[Sequence[Any]], where: str, known: Mapping[str, FactKey] | None = None
 ) -> list[Event]:
-    """Stored event rows (`LAZY_COLUMNS`) as LazyEvents: the payload decoded and verified on
+    """Stored event rows (`LOG_COLUMNS`, then the text of the fact key the row is filed
+    under) as LazyEvents: the payload decoded and verified on
     first use (toki.log.LazyEvent), the key parsed once per key text (`known`: texts already
     parsed, e.g. a checkpoint record's)."""
     cls = lazy_event_type(where)

@@ -43,7 +43,8 @@ from toki.store.base import (
 from toki.time import format_instant, parse_instant
 
 _LAZY_SELECT = ", ".join("e." + c for c in LOG_COLUMNS.split(", ")) + ", k.fact_key"
-"""`LAZY_COLUMNS` from toki_event e joined with toki_key k."""
+"""`LOG_COLUMNS` from toki_event e and the key text from toki_key k: the rows
+`lazy_events_from_rows` reads."""
 
 __all__ = [
     "INSERT_EVENT",

@@ -62,6 +62,25 @@ def message(claim: dict[str, Any]) -> str:
     return f"{claim['key']} is {claim['value']}"
 
 
+def faiss_config(data_dir: str, dims: int) -> dict[str, Any]:
+    """mem0's configuration over FAISS files and a history database in `data_dir`, with the
+    OpenAI providers whose factories toki replaces by its offline stand-ins before use (the
+    adapter here, and each process of `mem0_procs`)."""
+    return {
+        "vector_store": {
+            "provider": "faiss",
+            "config": {
+                "path": os.path.join(data_dir, "faiss"),
+                "collection_name": "toki",
+                "embedding_model_dims": dims,
+                "distance_strategy": "cosine",
+            },
+        },
+        "llm": {"provider": "openai", "config": {"api_key": "unused", "model": "stub"}},
+        "embedder": {"provider": "openai", "config": {"api_key": "unused", "embedding_dims": dims}},
+        "history_db_path": os.path.join(data_dir, "history.db"),
+    }
+
 class Llm:
     """The LLM: every call is a gate point; the host's reply is the response text."""
 
@@ -340,23 +359,7 @@ class Adapter:
         self.close()
         self.run_dir = tempfile.mkdtemp(dir=self.root)
         self.users = list(config.get("users") or ["user"])
-        cfg = {
-            "vector_store": {
-                "provider": "faiss",
-                "config": {
-                    "path": os.path.join(self.run_dir, "faiss"),
-                    "collection_name": "toki",
-                    "embedding_model_dims": self.dims,
-                    "distance_strategy": "cosine",
-                },
-            },
-            "llm": {"provider": "openai", "config": {"api_key": "unused", "model": "stub"}},
-            "embedder": {
-                "provider": "openai",
-                "config": {"api_key": "unused", "embedding_dims": self.dims},
-            },
-            "history_db_path": os.path.join(self.run_dir, "history.db"),
-        }
+        cfg = faiss_config(self.run_dir, self.dims)
         self.cfg = cfg
         self.memory = self.main.Memory.from_config(cfg)
         self.steps = []

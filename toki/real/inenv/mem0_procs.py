@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import guard
+from .mem0 import faiss_config
 
 __all__ = ["main"]
 
@@ -57,27 +58,6 @@ class Capture(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(f"{record.name}: {record.getMessage()}"[:300])
-
-
-def _config(spec: dict[str, Any]) -> dict[str, Any]:
-    data = spec["dir"]
-    return {
-        "vector_store": {
-            "provider": "faiss",
-            "config": {
-                "path": os.path.join(data, "faiss"),
-                "collection_name": "toki",
-                "embedding_model_dims": DIMS,
-                "distance_strategy": "cosine",
-            },
-        },
-        "llm": {"provider": "openai", "config": {"api_key": "unused", "model": "stub"}},
-        "embedder": {
-            "provider": "openai",
-            "config": {"api_key": "unused", "embedding_dims": DIMS},
-        },
-        "history_db_path": os.path.join(data, "history.db"),
-    }
 
 
 def _install() -> Any:
@@ -111,7 +91,7 @@ def _build(main: Any, spec: dict[str, Any], counts: dict[str, int], errors: list
     """mem0's Memory over the shared files (loading them), retrying an open that fails."""
     for attempt in range(50):
         try:
-            return main.Memory.from_config(_config(spec))
+            return main.Memory.from_config(faiss_config(spec["dir"], DIMS))
         except sqlite3.OperationalError as exc:  # e.g. "database is locked" creating the table
             counts["locked_at_open"] += "locked" in str(exc) or "busy" in str(exc)
             errors.append(f"{type(exc).__name__}: {exc}")
