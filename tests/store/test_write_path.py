@@ -83,10 +83,10 @@ class _FailingConn:
 
 
 SQLITE_POINTS = [
-    "SELECT COALESCE(MAX(SEQ)",  # the catch-up read inside the transaction
+    "SELECT SEQ, CHAIN FROM TOKI_EVENT",  # the log's head (catch-up and chain link), once
     "INSERT INTO TOKI_EVENT",  # the event append
     "INSERT OR REPLACE INTO TOKI_CURRENT",  # the projection rows
-    "UPDATE TOKI_META",  # the watermark
+    "INSERT OR REPLACE INTO TOKI_META",  # the chain seal and the watermark
     "COMMIT",  # the commit itself
 ]
 

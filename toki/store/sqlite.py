@@ -196,6 +196,7 @@ class SQLiteStore:
         self.busy_timeout = busy_timeout
         self._lock = threading.RLock()
         self._depth = 0
+        self._head: tuple[int, str | None] | None = None  # (seq, link) read in this transaction
         self._key_ids: dict[str, int] = {}
         """fact key text → its toki_key id, for ids this connection has seen committed or
         written in the open transaction (forgotten on rollback; toki_key never changes a row)"""
@@ -404,6 +405,8 @@ class SQLiteStore:
                 raise
             finally:
                 self._depth -= 1
+                if outermost:
+                    self._head = None  # another process may append once the lock is released
 
     def _run(self, statement: str) -> None:
         with self._errors():
@@ -600,8 +603,7 @@ class SQLiteStore:
     ) -> None:
         """op: the write's operation id and outcome, stored in the same transaction."""
         with self._locked(), self._errors():
-            if events:
-                self._insert(events)
+            seal = self._insert(events) if events else None
             if op is not None:
                 self._conn.execute("INSERT INTO toki_op VALUES (?, ?)", (op.op_id, op.result))
             if replace:
@@ -610,17 +612,26 @@ class SQLiteStore:
                 "INSERT OR REPLACE INTO toki_current VALUES (?,?,?,?,?,?)",
                 [_projection_row(k, s) for k, s in summaries.items()],
             )
-            self._conn.execute(
-                "UPDATE toki_meta SET value=? WHERE name='watermark'", (str(watermark),)
-            )
+            if seal is None:
+                self._conn.execute(
+                    "UPDATE toki_meta SET value=? WHERE name='watermark'", (str(watermark),)
+                )
+            else:  # the seal and the watermark in one statement (both rows always exist)
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO toki_meta VALUES ('chain_seal', ?), ('watermark', ?)",
+                    (seal, str(watermark)),
+                )
 
-    def _insert(self, events: Sequence[Event]) -> None:
+    def _insert(self, events: Sequence[Event]) -> str:
         """Insert events with their key ids and chain links, continuing from the last stored
-        event's link, and move the chain seal to the new head (toki.chain.check_seal)."""
+        event's link; the chain seal of the new head for the caller to store in the same
+        transaction (toki.chain.check_seal)."""
         prev, key_ids = self._link_start(), self._key_ids_for(events)
         rows = _rows(events, key_ids, prev)
         self._conn.executemany(INSERT_EVENT, rows)
-        self._seal(f"{rows[-1][0]}:{rows[-1][-1]}")
+        seq, link_ = events[-1].seq, str(rows[-1][-1])
+        self._head = (seq, link_)
+        return f"{seq}:{link_}"
 
     def _seal(self, text: str) -> None:
         self._conn.execute("INSERT OR REPLACE INTO toki_meta VALUES ('chain_seal', ?)", (text,))
@@ -654,15 +665,26 @@ class SQLiteStore:
                 self._conn.execute("COMMIT")
         return events, seal
 
-    def _link_start(self) -> str:
-        """The link of the last stored event (GENESIS for an empty log)."""
+    def _read_head(self) -> tuple[int, str | None]:
+        """(seq, link) of the last stored event, (0, GENESIS) for an empty log; inside a
+        write transaction it is kept until the transaction ends, so that a write reads its
+        log's head once (`last_seq` then `_link_start`) and nobody else can move it."""
+        if self._head is not None:
+            return self._head
         last = self._conn.execute(
             "SELECT seq, chain FROM toki_event ORDER BY seq DESC LIMIT 1"
         ).fetchone()
-        prev = GENESIS if last is None else last[1]
+        head = (0, GENESIS) if last is None else (int(last[0]), last[1])
+        if self._depth > 0:
+            self._head = head
+        return head
+
+    def _link_start(self) -> str:
+        """The link of the last stored event (GENESIS for an empty log)."""
+        seq, prev = self._read_head()
         if prev is None:
             raise IntegrityError(
-                f"{self.path}: event seq {last[0]} has no chain link: the log was written by "
+                f"{self.path}: event seq {seq} has no chain link: the log was written by "
                 "an earlier toki and is not chained yet (open it with Memory.open once, which "
                 "chains it and records that as a CHAIN event)"
             )
@@ -704,6 +726,7 @@ class SQLiteStore:
                     f"{self.path}: the store's chain is sealed; it cannot be chained again"
                 )
             self._conn.execute("DROP TRIGGER toki_event_no_update")
+            self._head = None  # the links it read are being written
             self._conn.executemany(
                 "UPDATE toki_event SET chain = ? WHERE seq = ? AND chain IS NULL",
                 [(link_, seq) for seq, link_ in links],
@@ -722,8 +745,7 @@ class SQLiteStore:
 
     def last_seq(self) -> int:
         with self._lock, self._errors():
-            row = self._conn.execute("SELECT coalesce(max(seq), 0) FROM toki_event").fetchone()
-        return int(row[0])
+            return self._read_head()[0]
 
     def load_projection(self) -> tuple[int, dict[FactKey, KeySummary]]:
         with self._lock, self._errors():
