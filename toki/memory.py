@@ -26,6 +26,7 @@ from toki.algebra.rule import Policy
 from toki.canonical import canonical_json, check_json, check_text, shown
 from toki.chain import ChainCheck, Digest, VerifyReport
 from toki.checkpoint import (
+    UNCHECKED,
     Checkpoint,
     LazyLog,
     due,
@@ -86,7 +87,7 @@ from toki.plan import (
     version_id,
 )
 from toki.projection import ReconcileReport, compare, reconcile
-from toki.replay import KeySummary, Snapshot, gc_paused, replay
+from toki.replay import KeySummary, Snapshot, gc_paused, is_built, replay
 from toki.scratch import rejudge
 from toki.shadow import (
     Config,
@@ -379,11 +380,13 @@ class Memory:
         """Reconcile after a checkpointed open: every stored row (as stored, by key text) of
         a key the tail did not touch against the digest the checkpoint recorded for it; a
         row that differs or is missing is compared with its key's fold from the log. The keys
-        the tail touched check their row when first used (toki.checkpoint.lazy_snapshot).
+        the tail touched, and those whose row the record leaves UNCHECKED, check their row when
+        first used (toki.checkpoint.lazy_snapshot).
         `keys`: the record's keys by text, as the open parsed them."""
         store: Any = self._store
-        skip = {store.key_text(k) for k in touched}
         recorded = self._digests
+        skip = {store.key_text(k) for k in touched}
+        skip.update(t for t, d in recorded.items() if d == UNCHECKED)
         stored: dict[FactKey, KeySummary] = {}
         fresh: dict[FactKey, KeySummary] = {}
         checked = 0
@@ -415,12 +418,17 @@ class Memory:
             seqs = self._log.key_seqs()
             rows = []
             store: Any = self._store
-            for key in sorted(self._snapshot.keys):
+            states = self._snapshot.keys
+            for key in sorted(states):
                 text = store.key_text(key)
                 digest = self._digests.get(text)
-                if digest is None or key in self._dirty:
-                    summary = self._snapshot.keys[key].summary()
-                    digest = store.projection_digest(key, summary)
+                if digest is None or digest == UNCHECKED or key in self._dirty:
+                    state = states[key]  # an unbuilt key's row stays to be checked on use
+                    digest = (
+                        store.projection_digest(key, state.summary())
+                        if is_built(state)
+                        else UNCHECKED
+                    )
                 rows.append((key, text, seqs.get(key, 0), digest))
             checkpoint = Checkpoint(self._log.last_seq, self._chain.head, tuple(rows))
             text = checkpoint.to_text()

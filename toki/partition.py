@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from toki.checkpoint import LazyMap
 from toki.errors import InvalidInput, UnknownVersion
 from toki.log import Event, EventKind, make_event
 from toki.model import FactKey, FactVersion
@@ -55,7 +56,9 @@ class Partition:
                 continue
             snap.keys[key] = state.fork()
             part._key_seq[key] = state.last_key_seq
-        snap.holds.update((t, k) for t, k in live.holds.items() if k in part.keys)
+        keys = part.keys  # the keys' holds when asked: listing every hold of a store opened
+        # from a checkpoint reads the whole log's DECISION events (0.33 s at 10^6 events)
+        snap.holds = LazyMap(lambda: {t: k for t, k in live.holds.items() if k in keys})
         snap.watermark = live.watermark
         return part
 

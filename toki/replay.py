@@ -36,7 +36,7 @@ from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution
 from toki.overlay import Appended, DictOverlay, SetOverlay, Sorted, SortedOverlay, TailOverlay
 from toki.time import BoundSource, Interval, format_instant, parse_instant
 
-__all__ = ["KeyState", "KeySummary", "Snapshot", "gc_paused", "replay"]
+__all__ = ["KeyState", "KeySummary", "Snapshot", "gc_paused", "is_built", "replay"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -618,6 +618,11 @@ class LazyKeyState(KeyState):
                 object.__setattr__(self, "_fill", None)
                 object.__setattr__(self, "__class__", KeyState)
         return object.__getattribute__(self, name)
+
+
+def is_built(state: KeyState) -> bool:
+    """Whether a key state is built (reading any field of a LazyKeyState builds it)."""
+    return type(state) is not LazyKeyState
 
 
 def _fmt(at: datetime | None) -> str | None:
