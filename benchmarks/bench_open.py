@@ -16,7 +16,10 @@ memory), with its projection; then, in one run:
 - where a checkpointed open's time goes, by phase (record, tail, lazy snapshot, reconcile,
   other): per-key and per-event Python work, which bounds the ratio to the read floor;
 - what moved to first use: `current()` of one key (its state built from its own events)
-  and `state_hash()` (every key built).
+  and `state_hash()` (every key built);
+- the first write after an open with the tail (one `assert_fact` on a key the tail did not
+  touch, at toki's synchronous=FULL): it makes a checkpoint due (999 + 1 events), so it
+  times the record written after a checkpointed open as well as that key's first build.
 
 Ratios are floor time / open time (1.0: as fast as sqlite3 reading the same rows). Growth
 exponents are least-squares slopes of log time on log n. Best of `--repeat` opens.
@@ -152,6 +155,20 @@ def _best(repeat: int, fn: Callable[[], Any]) -> float:
     return min(_timed(fn)[0] for _ in range(repeat))
 
 
+def first_write(url: str, n: int, tail_keys: set[FactKey]) -> float:
+    """Seconds of one assert_fact on a key the tail did not touch, right after an open (the
+    store is written: run last)."""
+    mem = Memory.open(url)
+    key = next(k for i in range(KEYS) if (k := FactKey("bench", f"s{i}", "city")) not in tail_keys)
+    at = BASE + timedelta(seconds=n + TAIL + 1)
+    seconds, _ = _timed(
+        lambda: mem.assert_fact(key, "after-open", valid_from=at, recorded_at=at, source_id="w")
+    )
+    assert mem._checkpoint is not None and mem._checkpoint.seq > n, "the write must checkpoint"
+    mem.close()
+    return seconds
+
+
 def _open(url: str) -> Memory:
     mem = Memory.open(url)
     mem._store.close()  # not mem.close(): that may write a checkpoint, which is not opening
@@ -267,7 +284,8 @@ def bench_size(n: int, repeat: int) -> dict[str, Any]:
         out["floor_checkpoint_tail0_s"] = min(_floor(path, n) for _ in range(repeat))
         # 999 events behind it (appended, the checkpoint left where it was)
         store = SQLiteStore(path)
-        _append(store, snapshot, events, TAIL)
+        tail = [next(events) for _ in range(TAIL)]
+        _append(store, snapshot, iter(tail), TAIL)
         store.close()
         t_ckpt = _best(repeat, lambda: _open(url))
         mem = _open(url)
@@ -286,6 +304,7 @@ def bench_size(n: int, repeat: int) -> dict[str, Any]:
         # the bench folded every event it appended: the checkpointed open must equal it
         assert hashed == snapshot.state_hash(), "checkpoint open must equal full replay"
         assert hash_full  # (the state before the tail)
+        out["first_write_after_open_s"] = first_write(url, n, {e.key for e in tail})
     for kind in ("checkpoint", "checkpoint_tail0", "full_replay"):
         open_s, floor_s = out[f"open_{kind}_s"], out[f"floor_{kind}_s"]
         total = n + (TAIL if kind == "checkpoint" else 0)
@@ -354,7 +373,8 @@ def bench_size_pg(n: int, repeat: int, dsn: str) -> dict[str, Any]:
         out["open_checkpoint_tail0_s"] = _best(repeat, lambda: _open(url))
         out["floor_checkpoint_tail0_s"] = min(_pg_floor(dsn, schema, n) for _ in range(repeat))
         store = PostgresStore(dsn, schema=schema)
-        _append(store, snapshot, events, TAIL)
+        tail = [next(events) for _ in range(TAIL)]
+        _append(store, snapshot, iter(tail), TAIL)
         store.close()
         out["open_checkpoint_s"] = _best(repeat, lambda: _open(url))
         mem = _open(url)
@@ -367,6 +387,7 @@ def bench_size_pg(n: int, repeat: int, dsn: str) -> dict[str, Any]:
         out["first_state_hash_all_keys_s"], hashed = _timed(mem.state_hash)
         mem._store.close()
         assert hashed == snapshot.state_hash(), "checkpoint open must equal full replay"
+        out["first_write_after_open_s"] = first_write(url, n, {e.key for e in tail})
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())

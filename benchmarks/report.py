@@ -380,6 +380,12 @@ def _rows_open(d: dict[str, Any] | None) -> list[Row]:
         "of one key / first state_hash() (every key built) (s)",
         f"{fmt(top['first_current_one_key_s'])} / {fmt(top['first_state_hash_all_keys_s'])}",
         "—", "—"))
+    if "first_write_after_open_s" in top:  # measured since the fix of 2026-12-07
+        out.append(Row(
+            "open", f"… {fmt(top['events'])} events: the first assert_fact after an open with "
+            f"the {fmt(top['tail'])}-event tail (it writes the next checkpoint) (s)",
+            fmt(top["first_write_after_open_s"]), "—",
+            "docs/integrity.md: it built every tail key before 28005f4"))
     phases = top.get("checkpoint_phases_s")
     if phases:  # measured since the phase breakdown was added to bench_open
         out.append(Row(
