@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from toki.canonical import canonical_json, decode_json
 from toki.chain import GENESIS, ChainCheck, link
@@ -161,6 +161,10 @@ class Source(Protocol):
 
     def event_ids(self, upto: int) -> list[str]: ...
 
+    def version_key(self, version_id: str, upto: int) -> FactKey | None:
+        """The key of one version of the prefix (an indexed lookup), None if none."""
+        ...
+
     def version_keys(self, upto: int) -> dict[str, FactKey]: ...
 
     def decision_events(self, upto: int) -> list[Event]: ...
@@ -173,13 +177,17 @@ class Source(Protocol):
 class LazyMap(dict[K, V]):
     """A dict whose entries from the log load on the first miss or full read, one loader at
     a time in order (the cheap ones first) until the key is there; entries set before a
-    loader ran are kept."""
+    loader ran are kept. With `probe` (which must answer for one key exactly what the
+    loaders would), a miss asks it instead (an indexed lookup); only a full read loads."""
 
-    __slots__ = ("_loads",)
+    __slots__ = ("_loads", "_probe")
 
-    def __init__(self, *loads: Callable[[], Mapping[K, V]]) -> None:
+    def __init__(
+        self, *loads: Callable[[], Mapping[K, V]], probe: Callable[[K], V | None] | None = None
+    ) -> None:
         super().__init__()
         self._loads = list(loads)
+        self._probe = probe
 
     def _ensure(self, key: object = None, every: bool = True) -> None:
         with FILL_LOCK:
@@ -190,6 +198,13 @@ class LazyMap(dict[K, V]):
 
     def _missing(self, key: object) -> None:
         if self._loads and not dict.__contains__(self, key):
+            probe = self._probe
+            if probe is not None:
+                with FILL_LOCK:
+                    found = probe(cast(K, key))
+                    if found is not None:
+                        dict.setdefault(self, cast(K, key), found)
+                return  # the probe answers for every loader: a miss is a miss
             self._ensure(key, every=False)
 
     def get(self, key: K, default: Any = None) -> Any:
@@ -226,7 +241,7 @@ class LazyMap(dict[K, V]):
 
     def copy(self) -> LazyMap[K, V]:
         with FILL_LOCK:
-            other: LazyMap[K, V] = LazyMap(*self._loads)
+            other: LazyMap[K, V] = LazyMap(*self._loads, probe=self._probe)
             dict.update(other, self)
             return other
 
@@ -331,8 +346,17 @@ def lazy_snapshot(
         lambda event_id: source.has_event(event_id, upto), lambda: source.event_ids(upto)
     )
     asserts = [e for e in tail if e.kind is EventKind.ASSERT]  # their versions: on demand
-    snapshot.version_key = LazyMap(
-        lambda: {e.version_ids[0]: e.key for e in asserts}, lambda: source.version_keys(upto)
+    in_tail: list[dict[str, FactKey]] = []
+
+    def tail_versions() -> dict[str, FactKey]:
+        if not in_tail:
+            in_tail.append({e.version_ids[0]: e.key for e in asserts})
+        return in_tail[0]
+
+    snapshot.version_key = LazyMap(  # one version's key: from the tail, else by the index
+        tail_versions,
+        lambda: source.version_keys(upto),
+        probe=lambda vid: tail_versions().get(vid) or source.version_key(vid, upto),
     )
     decisions: list[Snapshot] = []
 

@@ -192,6 +192,22 @@ def event_ids(cur: psycopg.Cursor[Any], upto: int) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
+def version_key(cur: psycopg.Cursor[Any], version_id: str, upto: int) -> FactKey | None:
+    """The fact key of the version an ASSERT with seq <= upto made, None if none: its
+    toki_version row by id, and that ASSERT among its key's events (both indexed)."""
+    row = cur.execute(
+        f"SELECT {KEY_COLS} FROM toki_version v WHERE v.id = %s AND EXISTS (SELECT 1 FROM "
+        "toki_event e WHERE (e.tenant, e.subject, e.scope_kind, e.scope_key, e.fact_key) = "
+        "(v.tenant, v.subject, v.scope_kind, v.scope_key, v.fact_key) AND e.kind = 'ASSERT' "
+        "AND e.version_ids[1] = v.id AND e.seq <= %s)",
+        (version_id, upto),
+    ).fetchone()
+    if row is None:
+        return None
+    tenant, subject, kind, skey, fkey = row
+    return FactKey(tenant, subject, fkey, kind, skey)
+
+
 def version_keys(cur: psycopg.Cursor[Any], upto: int) -> dict[str, FactKey]:
     """version id -> fact key of every ASSERT with seq <= upto."""
     rows = cur.execute(

@@ -601,6 +601,10 @@ class PostgresStore:
         with self._lock, self._errors(), self._live().cursor() as cur:
             return pg_checkpoint.event_ids(cur, upto)
 
+    def version_key(self, version_id: str, upto: int) -> FactKey | None:
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.version_key(cur, version_id, upto)
+
     def version_keys(self, upto: int) -> dict[str, FactKey]:
         with self._lock, self._errors(), self._live().cursor() as cur:
             return pg_checkpoint.version_keys(cur, upto)

@@ -77,6 +77,12 @@ _NO_UPDATE = (
     "BEGIN SELECT RAISE(ABORT, 'toki_event is append-only: UPDATE is not allowed'); END"
 )
 
+VERSION_OF = (
+    "CASE WHEN json_valid(payload) THEN json_extract(payload, '$._version_ids[0]') END"
+)
+"""The version id an ASSERT row's payload names, the expression toki_event_version indexes
+(NULL, not an error, for a payload that is not JSON: reading that row names its seq)."""
+
 _EVENT_TABLE = """
 CREATE TABLE IF NOT EXISTS toki_event (
     seq          INTEGER PRIMARY KEY,
@@ -92,7 +98,8 @@ CREATE TABLE IF NOT EXISTS toki_event (
     UNIQUE (key_id, key_seq)
 );
 CREATE INDEX IF NOT EXISTS toki_event_id_prefix ON toki_event (id_prefix);
-"""
+CREATE INDEX IF NOT EXISTS toki_event_version ON toki_event ({version_of}) WHERE kind = 'ASSERT';
+""".replace("{version_of}", VERSION_OF)
 
 _SCHEMA = (
     """
@@ -145,6 +152,14 @@ INSERT_EVENT = (
     "INSERT INTO toki_event (seq, key_id, key_seq, kind, recorded_at, payload, payload_hash, "
     "event_id, id_prefix, chain) VALUES (?,?,?,?,?,?,?,?,?,?)"
 )
+
+
+VERSION_KEY = (
+    "SELECT k.fact_key FROM toki_event e JOIN toki_key k ON k.id = e.key_id "
+    f"WHERE e.kind = 'ASSERT' AND {VERSION_OF.replace('payload', 'e.payload')} = ? "
+    "AND e.seq <= ?"
+)
+"""One version's key: through toki_event_version, whose expression it repeats exactly."""
 
 
 def id_prefix(event_id: str) -> int:
@@ -557,6 +572,13 @@ class SQLiteStore:
                 "SELECT event_id FROM toki_event WHERE seq <= ?", (upto,)
             ).fetchall()
         return [str(r[0]) for r in rows]
+
+    def version_key(self, version_id: str, upto: int) -> FactKey | None:
+        """The fact key of the version an ASSERT with seq <= upto made (an index lookup:
+        toki_event_version), None if there is none."""
+        with self._lock, self._errors():
+            row = self._conn.execute(VERSION_KEY, (version_id, upto)).fetchone()
+        return None if row is None else fact_key_of_text(str(row[0]), strict=False)
 
     def version_keys(self, upto: int) -> dict[str, FactKey]:
         """version id -> fact key of every ASSERT with seq <= upto (from the payloads)."""
