@@ -747,3 +747,35 @@ def test_the_version_lookup_goes_through_its_index(tmp_path: Any) -> None:
     plan = store.execute("EXPLAIN QUERY PLAN " + VERSION_KEY, ("v-x", 1))
     store.close()
     assert any("toki_event_version" in str(row) for row in plan), plan
+
+
+def test_a_write_after_a_checkpointed_open_runs_the_statements_of_any_write(
+    tmp_path: Any,
+) -> None:
+    """Folding its own committed events never asks the store whether it has seen them: after
+    an open from a checkpoint that question is an indexed query per event (the event-id set
+    is lazy), which every write paid after its commit."""
+    from collections import Counter
+
+    def statements(url: str, first: int) -> Counter[str]:
+        mem = Memory.open(url)
+        report = mem.open_report  # None for a new store
+        assert (report is not None and report.opened_from.startswith("checkpoint")) == (first > 0)
+        seen: Counter[str] = Counter()
+        mem._store._conn.set_trace_callback(lambda sql: seen.update([sql.split("(")[0]]))
+        for i in range(first, first + 6):
+            key = FactKey("t", f"s{i % 3}", "city")
+            mem.assert_fact(key, f"v{i}", valid_from=day(i), recorded_at=day(i), source_id=f"x{i}")
+        mem._store._conn.set_trace_callback(None)
+        assert mem.state_hash() == Memory.replay(mem.events()).state_hash()
+        mem._store.close()
+        return seen
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    fresh = statements(url, 0)  # every key new to this Memory's store: no checkpoint yet
+    with Memory.open(url) as mem:
+        assert mem.checkpoint() is not None
+    after = statements(url, 6)  # opened from that checkpoint
+    assert not any("SELECT 1 FROM toki_event" in sql for sql in after), after
+    builds = {sql for sql in after if sql.startswith(("SELECT e.seq", "SELECT seq, key_seq"))}
+    assert set(after) - builds == set(fresh), (after, fresh)  # first use builds the keys

@@ -483,10 +483,10 @@ class Memory:
         return self._log.add(event)
 
     def _fold(self, event: Event) -> None:
-        if self._admit(event):
+        if self._admit(event):  # the log holds the ids the snapshot has seen: a new one
             if self._shared or self._owned is not None:
                 self._own(event.key)
-            self._snapshot.apply(event)
+            self._snapshot.apply(event, new=True)
             self._dirty.add(event.key)
 
     def _own(self, key: FactKey) -> None:

@@ -650,9 +650,11 @@ class Snapshot:
         self.seen: set[str] = set()
         self.watermark = 0
 
-    def apply(self, event: Event) -> bool:
-        """Fold one event; False for a duplicate (already seen) event."""
-        if event.event_id in self.seen:
+    def apply(self, event: Event, *, new: bool = False) -> bool:
+        """Fold one event; False for a duplicate (already seen) event. new: the caller knows
+        it is not a duplicate (a Memory's log admitted it), so `seen` is not asked (after an
+        open from a checkpoint asking it is a query of the store per event)."""
+        if not new and event.event_id in self.seen:
             return False
         self.seen.add(event.event_id)
         state = self.keys.get(event.key)
