@@ -446,8 +446,11 @@ def _rows_write_cost(d: dict[str, Any] | None) -> list[Row]:
             f"{m['ratio']:.2f}", ">= 0.7" if sync == "full" else "—",
             "— (sqlite3 replaying toki's recorded statements and rows, same run)"))
     st = d["full"]["statements"]
+    counts = ", ".join(f"{n} in {fmt(w)} writes" for n, w in sorted(
+        st["per_write_histogram"].items(), key=lambda item: int(item[0])))
     out.append(Row("write cost", "statements per assert_fact (BEGIN IMMEDIATE and COMMIT "
-                   "included): 8, or 10 when the connection has not seen the key's id yet",
+                   "included; two more where the connection has not seen the key's id, and more where "
+                   f"the write also writes a checkpoint): {counts}",
                    fmt(st["per_write_mean"]), "—", "—"))
     prof = d.get("profile_us_per_write_off")
     if prof:
