@@ -336,8 +336,10 @@ def _pg_floor(dsn: str, schema: str, checkpoint_seq: int | None) -> float:
                 conn.execute("SELECT * FROM toki_version").fetchall()
             else:
                 conn.execute("SELECT chain FROM toki_event WHERE seq = %s", (checkpoint_seq,))
-                tail = conn.execute(
-                    "SELECT * FROM toki_event WHERE seq > %s ORDER BY seq", (checkpoint_seq,)
+                tail = conn.execute(  # bounded as toki reads it: an index walk unanalyzed
+                    "SELECT * FROM toki_event WHERE seq > %s AND seq <= "
+                    "(SELECT max(seq) FROM toki_event) ORDER BY seq",
+                    (checkpoint_seq,),
                 ).fetchall()
                 ids = [v for row in tail for v in row[9][:1]]
                 conn.execute("SELECT * FROM toki_version WHERE id = ANY(%s)", (ids,)).fetchall()

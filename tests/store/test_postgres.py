@@ -353,3 +353,34 @@ def test_lww_writes_go_through_unchanged(pg_store: StoreFactory) -> None:
         assert on_pg.write(c, LWW) == in_mem.write(c, LWW)
     assert on_pg.state_hash() == in_mem.state_hash()
     on_pg.close()
+
+
+def test_events_after_a_seq_walk_the_primary_key_before_any_statistics(
+    pg_store: Callable[..., Any],
+) -> None:
+    """A catch-up and a checkpointed open read the events after a seq. On a table just
+    loaded, before autovacuum has analyzed it, `seq > %s` alone was planned as a scan of the
+    whole table (0.21 s per write at 10^6 events); EVENTS_AFTER's upper bound makes it an
+    index walk whatever the statistics say."""
+    from toki.store.pg_rows import EVENTS_AFTER
+
+    store = pg_store()
+    store.execute("ALTER TABLE toki_event SET (autovacuum_enabled = false)")
+    n = 50_000
+    store.execute(
+        "INSERT INTO toki_event (seq, key_seq, kind, tenant, subject, scope_kind, scope_key, "
+        "fact_key, recorded_at, version_ids, payload, payload_hash, event_id) SELECT g, g, "
+        "'ASSERT', 't', 's', 'global', '*', 'f', now(), ARRAY['v'], '{}', 'h', 'e-' || g "
+        "FROM generate_series(1, %s) g",
+        (n,),
+    )
+
+    def plan(query: str) -> str:
+        return "\n".join(str(r[0]) for r in store.execute("EXPLAIN " + query, (n - 2,)))
+
+    unbounded = EVENTS_AFTER.replace(" AND seq <= (SELECT max(seq) FROM toki_event)", "")
+    assert unbounded != EVENTS_AFTER
+    assert "Seq Scan on toki_event " in plan(unbounded)  # the premise: no statistics yet
+    bounded = plan(EVENTS_AFTER)
+    assert "Seq Scan on toki_event " not in bounded and "toki_event_pkey" in bounded, bounded
+    assert [r[0] for r in store.execute(EVENTS_AFTER, (n - 2,))] == [n - 1, n]

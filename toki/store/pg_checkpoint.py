@@ -25,7 +25,7 @@ from toki.model import FactKey, fact_key_text
 from toki.replay import KeySummary
 from toki.store.base import LOG_COLUMNS, events_from_rows
 from toki.store.pg_projection import read_projection
-from toki.store.pg_rows import KEY_COLS, key_row, read_seal, version_drift
+from toki.store.pg_rows import EVENTS_AFTER, KEY_COLS, key_row, read_seal, version_drift
 
 Row = tuple[Any, ...]
 Tail = tuple[str | None, list[Event], Digest | None, str | None, int, dict[str, Row]]
@@ -107,9 +107,7 @@ def load_tail(cur: psycopg.Cursor[Any], where: str, seq: int) -> Tail | None:
     seal = read_seal(cur, where)
     at = _link_at(cur, seq)
     at_seal = None if seal is None else _link_at(cur, seal.seq)
-    rows = cur.execute(
-        f"SELECT {LOG_COLUMNS} FROM toki_event WHERE seq > %s ORDER BY seq", (seq,)
-    ).fetchall()
+    rows = cur.execute(EVENTS_AFTER, (seq,)).fetchall()
     tail = list(events_from_rows(rows, where))
     watermark, projection = read_projection(cur)
     out = {key_text(k): row_of_summary(k, s) for k, s in projection.items()}

@@ -34,9 +34,10 @@ from toki.log import Event
 from toki.model import FactKey
 from toki.replay import KeySummary
 from toki.store import pg_checkpoint, pg_consumption, pg_log
-from toki.store.base import EVENT_COLUMNS, LOG_COLUMNS, Operation, Plan, events_from_rows
+from toki.store.base import EVENT_COLUMNS, Operation, Plan, events_from_rows
 from toki.store.pg_projection import read_projection, write_projection
 from toki.store.pg_rows import (
+    EVENTS_AFTER,
     KEY_COLS,
     LOCK_CLASS,
     PENDING_ROW_COLS,
@@ -498,14 +499,7 @@ class PostgresStore:
 
     def load(self, after_seq: int = 0) -> Iterator[Event]:
         with self._lock, self._errors():
-            rows = (
-                self._live()
-                .execute(
-                    f"SELECT {LOG_COLUMNS} FROM toki_event WHERE seq > %s ORDER BY seq",
-                    (after_seq,),
-                )
-                .fetchall()
-            )
+            rows = self._live().execute(EVENTS_AFTER, (after_seq,)).fetchall()
         return events_from_rows(rows, self.url)
 
     def last_seq(self) -> int:
