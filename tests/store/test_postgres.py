@@ -384,3 +384,37 @@ def test_events_after_a_seq_walk_the_primary_key_before_any_statistics(
     bounded = plan(EVENTS_AFTER)
     assert "Seq Scan on toki_event " not in bounded and "toki_event_pkey" in bounded, bounded
     assert [r[0] for r in store.execute(EVENTS_AFTER, (n - 2,))] == [n - 1, n]
+
+
+def test_the_tail_version_check_walks_indexes_before_any_statistics(
+    pg_store: Callable[..., Any],
+) -> None:
+    """A checkpointed open checks the toki_version rows of its tail. Planned on a table just
+    loaded, the id half (`id = ANY(...)`) was a scan of the whole table; TAIL_VERSIONS looks
+    each id up in the primary key and scans no table (which index serves the per-key half is
+    the planner's guess without statistics: see its docstring)."""
+    from toki.store.pg_checkpoint import TAIL_VERSIONS
+
+    store = pg_store()
+    store.execute("ALTER TABLE toki_version SET (autovacuum_enabled = false)")
+    n = 50_000
+    store.execute(
+        "INSERT INTO toki_version (id, tenant, subject, scope_kind, scope_key, fact_key, "
+        "value_json, valid_during, recorded_at, source_id, source_hash, weight, key_seq) "
+        "SELECT 'v-' || g, 't', 's' || (g %% 100), 'global', '*', 'f', '\"x\"', "
+        "tstzrange(now(), NULL), now(), 'src', 'h', 1.0, g / 100 + 1 "
+        "FROM generate_series(1, %s) g",
+        (n,),
+    )
+    ids = [f"v-{i}" for i in range(n - 999, n + 1)]
+    keys = [f"s{i}" for i in range(100)]
+    params = (ids, ["t"] * 100, keys, ["global"] * 100, ["*"] * 100, ["f"] * 100, [495] * 100)
+    plan = "\n".join(str(r[0]) for r in store.execute("EXPLAIN " + TAIL_VERSIONS, params))
+    assert "Seq Scan on toki_version" not in plan, plan
+    assert "toki_version_pkey" in plan, plan
+    before = "SELECT id FROM toki_version WHERE id = ANY(%s)"  # the query it replaced
+    premise = "\n".join(str(r[0]) for r in store.execute("EXPLAIN " + before, params[:1]))
+    assert "Seq Scan on toki_version" in premise, premise
+    got = {r[0] for r in store.execute(TAIL_VERSIONS, params)}
+    want = set(ids) | {f"v-{g}" for g in range(1, n + 1) if g // 100 + 1 >= 495}
+    assert got == want

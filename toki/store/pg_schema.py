@@ -242,7 +242,27 @@ def _migration_5(cur: psycopg.Cursor[Any]) -> None:
     cur.execute(_M5)
 
 
-MIGRATIONS = (_migration_1, _migration_2, _migration_3, _migration_4, _migration_5)
+_M6 = """
+CREATE INDEX IF NOT EXISTS toki_version_key_seq
+    ON toki_version (tenant, subject, scope_kind, scope_key, fact_key, key_seq);
+"""
+
+
+def _migration_6(cur: psycopg.Cursor[Any]) -> None:
+    """Each key's versions by key_seq (issue #37): a checkpointed open checks the toki_version
+    rows of every tail key at or after its first tail key_seq; through the gist index on key
+    and valid time that read every version of the key (O(store), not O(tail))."""
+    cur.execute(_M6)
+
+
+MIGRATIONS = (
+    _migration_1,
+    _migration_2,
+    _migration_3,
+    _migration_4,
+    _migration_5,
+    _migration_6,
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
