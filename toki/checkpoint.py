@@ -20,6 +20,7 @@ says what open then detects and what only `toki verify` does.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -346,12 +347,9 @@ def lazy_snapshot(
         lambda event_id: source.has_event(event_id, upto), lambda: source.event_ids(upto)
     )
     asserts = [e for e in tail if e.kind is EventKind.ASSERT]  # their versions: on demand
-    in_tail: list[dict[str, FactKey]] = []
-
+    @functools.cache
     def tail_versions() -> dict[str, FactKey]:
-        if not in_tail:
-            in_tail.append({e.version_ids[0]: e.key for e in asserts})
-        return in_tail[0]
+        return {e.version_ids[0]: e.key for e in asserts}
 
     snapshot.version_key = LazyMap(  # one version's key: from the tail, else by the index
         tail_versions,
