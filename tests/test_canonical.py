@@ -14,7 +14,7 @@ import json
 import math
 import subprocess
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from toki.canonical import (
 )
 from toki.memory import Memory
 from toki.model import FactKey
+from toki.time import format_instant
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -186,3 +187,25 @@ def test_every_payload_of_the_demo_store_decodes_alike() -> None:
     mem.supersede(first, "tense", valid_from="2026-02-01T00:00:00Z", source_id="s2")
     for event in mem.events():
         _decoded_alike(event.payload)
+
+
+def _instant_by_fields(at: datetime) -> str:
+    """format_instant as toki 0.3 spelled it, field by field (the stored texts' definition)."""
+    at = at.astimezone(UTC)
+    text = f"{at.year:04d}-{at.month:02d}-{at.day:02d}T{at.hour:02d}:{at.minute:02d}:{at.second:02d}"
+    return f"{text}.{at.microsecond:06d}Z" if at.microsecond else text + "Z"
+
+
+_OFFSETS = st.timedeltas(min_value=timedelta(hours=-23), max_value=timedelta(hours=23)).map(
+    lambda d: timezone(timedelta(minutes=d // timedelta(minutes=1)))
+)
+
+
+@settings(max_examples=1000, derandomize=True)
+@given(st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30),
+                    timezones=st.one_of(st.just(UTC), _OFFSETS)))
+def test_an_instant_is_spelled_as_its_fields_are(at: datetime) -> None:
+    """Every event hashes its instants' text: the isoformat fast path must give the exact
+    field-by-field spelling (four-digit years, microseconds only when present), in UTC and
+    from any offset."""
+    assert format_instant(at) == _instant_by_fields(at)

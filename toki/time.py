@@ -99,14 +99,12 @@ def format_instant(at: datetime) -> str:
     """RFC 3339 UTC with `Z`, microseconds only when present (canonical: one text per instant).
 
     The year is always four digits (strftime("%Y") does not zero-pad years before 1000 on
-    Linux, and RFC 3339 requires four)."""
-    at = at.astimezone(UTC)
-    text = (
-        f"{at.year:04d}-{at.month:02d}-{at.day:02d}T{at.hour:02d}:{at.minute:02d}:{at.second:02d}"
-    )
-    if at.microsecond:
-        return f"{text}.{at.microsecond:06d}Z"
-    return text + "Z"
+    Linux, and RFC 3339 requires four; isoformat does)."""
+    if at.tzinfo is not UTC:
+        at = at.astimezone(UTC)
+    # isoformat pads the year to four digits and shows microseconds only when present; in
+    # UTC it ends in "+00:00" (a write formats several instants: this is its fast path)
+    return at.isoformat()[:-6] + "Z"
 
 
 def render_instant(at: datetime | None, source: BoundSource) -> str:
