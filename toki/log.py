@@ -131,8 +131,11 @@ def event_to_record(event: Event) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=65536)
-def _key_of(tenant: str, subject: str, fact_key: str, scope_kind: str, scope_key: str) -> FactKey:
-    """Loading shares one FactKey per key instead of validating a new one per event."""
+def shared_key(
+    tenant: str, subject: str, fact_key: str, scope_kind: str, scope_key: str
+) -> FactKey:
+    """Loading shares one FactKey per key instead of validating a new one per event (or per
+    projection row: a key read twice is checked once)."""
     return FactKey(tenant, subject, fact_key, scope_kind, scope_key)
 
 
@@ -148,7 +151,7 @@ def event_from_record(
     body = decode_json(payload)
     kind = EventKind(record["kind"])
     k = body["_key"]
-    key = _key_of(k["tenant"], k["subject"], k["fact_key"], k["scope_kind"], k["scope_key"])
+    key = shared_key(k["tenant"], k["subject"], k["fact_key"], k["scope_kind"], k["scope_key"])
     version_ids = tuple(body["_version_ids"])
     version = (
         FactVersion.from_payload(body["version"], version_ids[0], key)

@@ -14,6 +14,7 @@ from psycopg import sql
 
 from toki.canonical import digest
 from toki.errors import ConstraintViolation
+from toki.log import shared_key
 from toki.model import FactKey
 from toki.replay import KeySummary
 from toki.store.pg_rows import KEY_COLS, bounds, jsonb, key_row, overlap_message
@@ -81,11 +82,11 @@ def read_projection(cur: psycopg.Cursor[Any]) -> tuple[int, dict[FactKey, KeySum
     ).fetchall()
     by_key: dict[FactKey, list[tuple[str, str, str | None, str | None]]] = {}
     for tenant, subject, kind, skey, fkey, vid, value, during in segs:
-        key = FactKey(tenant, subject, fkey, kind, skey)
+        key = shared_key(tenant, subject, fkey, kind, skey)
         by_key.setdefault(key, []).append((vid, value, *bounds(during)))
     out: dict[FactKey, KeySummary] = {}
     for tenant, subject, kind, skey, fkey, value_hash, vids, conflicts, intervals in rows:
-        key = FactKey(tenant, subject, fkey, kind, skey)
+        key = shared_key(tenant, subject, fkey, kind, skey)
         out[key] = KeySummary(
             value_hash, tuple(vids), conflicts, intervals, tuple(by_key.pop(key, ()))
         )

@@ -187,7 +187,13 @@ def version_drift(rows: Sequence[tuple[Any, ...]], events: Sequence[Event]) -> d
 
 
 def _norm(row: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(format_instant(parse_instant(x)) if isinstance(x, datetime) else x for x in row)
+    """A compared row with its instants (columns 7 to 9: valid start and end, recorded_at;
+    timestamptz from the server, datetimes from an event) as toki's canonical text."""
+    return (*row[:7], *(_instant(x) for x in row[7:10]), *row[10:])
+
+
+def _instant(x: Any) -> Any:
+    return format_instant(parse_instant(x)) if isinstance(x, datetime) else x
 
 
 KEY_COLS = "tenant, subject, scope_kind, scope_key, fact_key"
