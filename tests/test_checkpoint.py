@@ -671,35 +671,46 @@ def test_an_edited_row_left_unchecked_is_named_on_its_first_use(
     again._store.close()
 
 
-def test_a_write_after_a_checkpointed_open_lists_no_holds(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+def test_holds_are_found_by_token_after_a_checkpointed_open(
+    where: Callable[[], Where], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A write reads the holds of its own keys only when it asks: listing every hold of a
-    store opened from a checkpoint reads all of the log's DECISION events (0.33 s at 10^6
-    events, on every first write); a confirm after such an open still finds its token."""
+    """After an open from a checkpoint a write reads no holds, and confirm or reject finds
+    its token's key by an index (SQLite's and PostgreSQL's toki_event_token): listing every
+    hold read all of the log's DECISION events (0.33 s at 10^6 events), once on every first
+    write and then on the first confirm. A hold of the tail, one of the prefix and an
+    unknown token are each answered without that read."""
     from toki import Claim
     from toki.algebra.await_ import AWAIT
+    from toki.errors import UnknownProposal
 
-    url = f"sqlite:///{tmp_path}/s.db"
+    w = where()
     key, other = FactKey("t", "alice", "city"), FactKey("t", "bob", "city")
-    with Memory.open(url) as mem:
-        mem.write(Claim(key, "Lisbon", "s1", day(1), recorded_at=day(2)), AWAIT)
-        held = mem.write(Claim(key, "Berlin", "s2", day(1), recorded_at=day(3)), AWAIT)
-        assert held.token
-        mem.checkpoint()
+    mem = Memory.open(w.url)
+    mem.write(Claim(key, "Lisbon", "s1", day(1), recorded_at=day(2)), AWAIT)
+    held = mem.write(Claim(key, "Berlin", "s2", day(1), recorded_at=day(3)), AWAIT)
+    mem.checkpoint()
+    mem.write(Claim(other, "Oslo", "s3", day(1), recorded_at=day(4)), AWAIT)
+    in_tail = mem.write(Claim(other, "Rome", "s4", day(1), recorded_at=day(5)), AWAIT)
+    mem._store.close()  # not close(): that may checkpoint the tail away
+    assert held.token and in_tail.token  # the premise: one hold each side of the checkpoint
+    store_class = type(w.raw())
     reads: list[int] = []
-    real = SQLiteStore.decision_events
+    real = store_class.decision_events
     monkeypatch.setattr(
-        SQLiteStore, "decision_events", lambda self, upto: reads.append(upto) or real(self, upto)
+        store_class, "decision_events", lambda self, upto: reads.append(upto) or real(self, upto)
     )
-    mem = Memory.open(url)
-    mem.assert_fact(other, "Oslo", valid_from=day(1), recorded_at=day(4), source_id="s3")
-    mem.assert_fact(key, "Rome", valid_from=day(9), recorded_at=day(5), source_id="s4")
+    opened = Memory.open(w.url)
+    assert opened.open_report is not None and opened.open_report.opened_from.startswith("check")
+    opened.assert_fact(other, "Oslo", valid_from=day(1), recorded_at=day(6), source_id="s5")
+    assert opened.confirm(held.token, recorded_at=day(7))
+    assert opened.reject(in_tail.token, recorded_at=day(8))
+    with pytest.raises(UnknownProposal):
+        opened.confirm("no-such-token", recorded_at=day(9))
     assert reads == []
-    assert mem.confirm(held.token, recorded_at=day(6))
-    assert len(reads) == 1
-    assert mem.state_hash() == Memory.replay(mem.events()).state_hash()
-    mem.close()
+    assert opened.state_hash() == Memory.replay(opened.events()).state_hash()
+    assert dict(opened._snapshot.holds) == Memory.replay(opened.events())._snapshot.holds
+    assert len(reads) == 1  # a full read still reads them all
+    opened._store.close()
 
 
 def test_a_version_is_found_by_its_index_after_a_checkpointed_open(
@@ -749,6 +760,16 @@ def test_the_version_lookup_goes_through_its_index(tmp_path: Any) -> None:
     assert any("toki_event_version" in str(row) for row in plan), plan
 
 
+def test_the_hold_lookup_goes_through_its_index(tmp_path: Any) -> None:
+    """As for versions: confirm's token lookup repeats toki_event_token's expression."""
+    from toki.store.sqlite import HOLD_KEY
+
+    store = SQLiteStore(tmp_path / "s.db")
+    plan = store.execute("EXPLAIN QUERY PLAN " + HOLD_KEY, ("tok", 1))
+    store.close()
+    assert any("toki_event_token" in str(row) for row in plan), plan
+
+
 def test_a_write_after_a_checkpointed_open_runs_the_statements_of_any_write(
     tmp_path: Any,
 ) -> None:
@@ -779,3 +800,49 @@ def test_a_write_after_a_checkpointed_open_runs_the_statements_of_any_write(
     assert not any("SELECT 1 FROM toki_event" in sql for sql in after), after
     builds = {sql for sql in after if sql.startswith(("SELECT e.seq", "SELECT seq, key_seq"))}
     assert set(after) - builds == set(fresh), (after, fresh)  # first use builds the keys
+
+
+def test_judge_verdicts_load_per_key_after_a_checkpointed_open(
+    where: Callable[[], Where], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an open from a checkpoint a key's logged verdicts come from its own DECISION
+    events, the prefix's and the tail's: a judged write reads no other key's (listing every
+    verdict read all of the log's DECISION events, 0.33 s at 10^6 events, on the first
+    judged write); a full read still sees every verdict, the first per θ as a replay does."""
+    from toki import Claim
+    from toki.algebra.ewm import EWM
+    from toki.judge import StochasticJudge
+
+    w = where()
+    a, b = FactKey("t", "alice", "city"), FactKey("t", "bob", "city")
+    judge = StochasticJudge(0.5, stream_seed=SEED)
+    mem = Memory.open(w.url)
+    for i, value in enumerate(["Lisbon", "Berlin", "Oslo"]):
+        mem.write(Claim(a, value, f"s{i}", day(1), recorded_at=day(2 + i)), EWM, judge=judge)
+    mem.checkpoint()
+    for i, value in enumerate(["Rome", "Paris"]):  # the tail
+        mem.write(Claim(b, value, f"t{i}", day(1), recorded_at=day(9 + i)), EWM, judge=judge)
+    mem._store.close()  # not close(): that may checkpoint the tail away
+    logged = [e for e in mem.events() if e.body.get("decision") == "judge"]
+    assert {e.key for e in logged} == {a, b}  # the premise: verdicts before and after
+    store_class = type(w.raw())
+    reads: list[int] = []
+    real = store_class.decision_events
+    monkeypatch.setattr(
+        store_class, "decision_events", lambda self, upto: reads.append(upto) or real(self, upto)
+    )
+    opened = Memory.open(w.url)
+    assert opened.open_report is not None and opened.open_report.opened_from.startswith("check")
+    full = Memory.replay(mem.events())
+    log, want = opened._snapshot.judge_log, full._snapshot.judge_log
+    for e in logged:
+        digest = str(e.body["theta_digest"])
+        assert log.verdict_of(e.key, digest) == want.verdict_of(e.key, digest) is not None
+    asked = judge.calls
+    opened.write(Claim(a, "Madrid", "s9", day(1), recorded_at=day(20)), EWM, judge=judge)
+    assert reads == [] and judge.calls > asked  # a judged write on a key with verdicts
+    again = Memory.replay(opened.events())
+    assert len(opened._snapshot.judge_log) == len(again._snapshot.judge_log)  # a full read
+    assert len(reads) == 1
+    assert opened.state_hash() == again.state_hash()
+    opened._store.close()

@@ -283,7 +283,11 @@ class JudgeLog:
         return len(self._verdicts)
 
     def get(self, key: FactKey, theta: JudgeKey) -> Verdict | None:
-        return self._verdicts.get((key, theta.digest))
+        return self.verdict_of(key, theta.digest)
+
+    def verdict_of(self, key: FactKey, theta_digest: str) -> Verdict | None:
+        """The verdict logged for `key` under the θ with this digest (as a DECISION names it)."""
+        return self._verdicts.get((key, theta_digest))
 
     def put(self, key: FactKey, theta: JudgeKey, verdict: Verdict) -> None:
         self.put_digest(key, theta.digest, verdict)

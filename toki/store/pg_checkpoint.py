@@ -26,6 +26,7 @@ from toki.replay import KeySummary
 from toki.store.base import LOG_COLUMNS, events_from_rows
 from toki.store.pg_projection import read_projection
 from toki.store.pg_rows import EVENTS_AFTER, KEY_COLS, key_row, read_seal, version_drift
+from toki.store.pg_schema import TOKEN_OF
 
 Row = tuple[Any, ...]
 Tail = tuple[str | None, list[Event], Digest | None, str | None, int, dict[str, Row]]
@@ -215,6 +216,20 @@ def version_key(cur: psycopg.Cursor[Any], version_id: str, upto: int) -> FactKey
         return None
     tenant, subject, kind, skey, fkey = row
     return FactKey(tenant, subject, fkey, kind, skey)
+
+
+def hold_key(cur: psycopg.Cursor[Any], token: str, upto: int) -> FactKey | None:
+    """The fact key of the HOLD decision with seq <= upto that `token` names (the last, as a
+    fold keeps it), through toki_event_token, whose expression it repeats exactly."""
+    rows = cur.execute(
+        f"SELECT payload, {KEY_COLS} FROM toki_event WHERE kind = 'DECISION' "
+        f"AND {TOKEN_OF} = %s AND seq <= %s ORDER BY seq DESC",
+        (token, upto),
+    ).fetchall()
+    for payload, tenant, subject, kind, skey, fkey in rows:
+        if decode_json(payload).get("action") == "HOLD":
+            return FactKey(tenant, subject, fkey, kind, skey)
+    return None
 
 
 def version_keys(cur: psycopg.Cursor[Any], upto: int) -> dict[str, FactKey]:

@@ -15,7 +15,14 @@ from psycopg import errors as pg_errors
 from toki.errors import StoreError
 from toki.store.pg_rows import MIGRATE_CLASS, advisory_lock
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "stored_version", "version_refusal"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "TOKEN_OF",
+    "migrate",
+    "stored_version",
+    "version_refusal",
+]
 
 _M1 = """
 CREATE TABLE IF NOT EXISTS toki_event (
@@ -273,6 +280,29 @@ def _migration_7(cur: psycopg.Cursor[Any]) -> None:
     cur.execute(_M7)
 
 
+TOKEN_OF = "toki_token_of(payload)"
+"""The token a DECISION row's payload names, the expression toki_event_token indexes."""
+
+_M8 = """
+CREATE OR REPLACE FUNCTION toki_token_of(payload text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE STRICT AS $$
+BEGIN
+    RETURN payload::jsonb ->> 'token';
+EXCEPTION WHEN others THEN
+    RETURN NULL;  -- not JSON, or JSON jsonb cannot hold: its row is read and named by seq
+END $$;
+CREATE INDEX IF NOT EXISTS toki_event_token ON toki_event (toki_token_of(payload))
+    WHERE kind = 'DECISION';
+"""
+
+
+def _migration_8(cur: psycopg.Cursor[Any]) -> None:
+    """DECISION events by token (issue #37): confirm and reject name a HOLD by its token, and
+    after a checkpointed open finding its key read every DECISION event of the log (0.33 s at
+    10^6 events)."""
+    cur.execute(_M8)
+
+
 MIGRATIONS = (
     _migration_1,
     _migration_2,
@@ -281,6 +311,7 @@ MIGRATIONS = (
     _migration_5,
     _migration_6,
     _migration_7,
+    _migration_8,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

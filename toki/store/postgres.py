@@ -599,6 +599,10 @@ class PostgresStore:
         with self._lock, self._errors(), self._live().cursor() as cur:
             return pg_checkpoint.version_key(cur, version_id, upto)
 
+    def hold_key(self, token: str, upto: int) -> FactKey | None:
+        with self._lock, self._errors(), self._live().cursor() as cur:
+            return pg_checkpoint.hold_key(cur, token, upto)
+
     def version_keys(self, upto: int) -> dict[str, FactKey]:
         with self._lock, self._errors(), self._live().cursor() as cur:
             return pg_checkpoint.version_keys(cur, upto)

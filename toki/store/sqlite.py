@@ -83,6 +83,10 @@ VERSION_OF = (
 """The version id an ASSERT row's payload names, the expression toki_event_version indexes
 (NULL, not an error, for a payload that is not JSON: reading that row names its seq)."""
 
+TOKEN_OF = "CASE WHEN json_valid(payload) THEN json_extract(payload, '$.token') END"
+"""The token a DECISION row's payload names, the expression toki_event_token indexes (a HOLD
+decision's token is what confirm and reject are given)."""
+
 _EVENT_TABLE = """
 CREATE TABLE IF NOT EXISTS toki_event (
     seq          INTEGER PRIMARY KEY,
@@ -99,7 +103,8 @@ CREATE TABLE IF NOT EXISTS toki_event (
 );
 CREATE INDEX IF NOT EXISTS toki_event_id_prefix ON toki_event (id_prefix);
 CREATE INDEX IF NOT EXISTS toki_event_version ON toki_event ({version_of}) WHERE kind = 'ASSERT';
-""".replace("{version_of}", VERSION_OF)
+CREATE INDEX IF NOT EXISTS toki_event_token ON toki_event ({token_of}) WHERE kind = 'DECISION';
+""".replace("{version_of}", VERSION_OF).replace("{token_of}", TOKEN_OF)
 
 _SCHEMA = (
     """
@@ -160,6 +165,15 @@ VERSION_KEY = (
     "AND e.seq <= ?"
 )
 """One version's key: through toki_event_version, whose expression it repeats exactly."""
+
+HOLD_KEY = (
+    "SELECT k.fact_key FROM toki_event e JOIN toki_key k ON k.id = e.key_id "
+    f"WHERE e.kind = 'DECISION' AND {TOKEN_OF.replace('payload', 'e.payload')} = ? "
+    "AND CASE WHEN json_valid(e.payload) THEN json_extract(e.payload, '$.action') END = 'HOLD' "
+    "AND e.seq <= ? ORDER BY e.seq DESC LIMIT 1"
+)
+"""The key of the HOLD decision a token names (the last, as a fold keeps it): through
+toki_event_token, whose expression it repeats exactly."""
 
 
 def id_prefix(event_id: str) -> int:
@@ -578,6 +592,13 @@ class SQLiteStore:
         toki_event_version), None if there is none."""
         with self._lock, self._errors():
             row = self._conn.execute(VERSION_KEY, (version_id, upto)).fetchone()
+        return None if row is None else fact_key_of_text(str(row[0]), strict=False)
+
+    def hold_key(self, token: str, upto: int) -> FactKey | None:
+        """The fact key of the HOLD decision with seq <= upto that `token` names (an index
+        lookup: toki_event_token), None if there is none."""
+        with self._lock, self._errors():
+            row = self._conn.execute(HOLD_KEY, (token, upto)).fetchone()
         return None if row is None else fact_key_of_text(str(row[0]), strict=False)
 
     def version_keys(self, upto: int) -> dict[str, FactKey]:
