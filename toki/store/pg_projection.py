@@ -17,7 +17,7 @@ from toki.errors import ConstraintViolation
 from toki.log import shared_key
 from toki.model import FactKey
 from toki.replay import KeySummary
-from toki.store.pg_rows import KEY_COLS, bounds, jsonb, key_row, overlap_message
+from toki.store.pg_rows import KEY_COLS, instant_text, jsonb, key_row, overlap_message
 
 
 def write_projection(
@@ -76,14 +76,14 @@ def read_projection(cur: psycopg.Cursor[Any]) -> tuple[int, dict[FactKey, KeySum
         f"SELECT {KEY_COLS}, value_hash, version_ids, open_conflicts, open_intervals "
         "FROM toki_current"
     ).fetchall()
-    segs = cur.execute(
-        f"SELECT {KEY_COLS}, version_id, value_json, valid_during FROM toki_adjudicated "
-        f"ORDER BY {KEY_COLS}, ord"
+    segs = cur.execute(  # the bounds as timestamps: psycopg parses a range in Python
+        f"SELECT {KEY_COLS}, version_id, value_json, lower(valid_during), upper(valid_during) "
+        f"FROM toki_adjudicated ORDER BY {KEY_COLS}, ord"
     ).fetchall()
     by_key: dict[FactKey, list[tuple[str, str, str | None, str | None]]] = {}
-    for tenant, subject, kind, skey, fkey, vid, value, during in segs:
+    for tenant, subject, kind, skey, fkey, vid, value, lo, hi in segs:
         key = shared_key(tenant, subject, fkey, kind, skey)
-        by_key.setdefault(key, []).append((vid, value, *bounds(during)))
+        by_key.setdefault(key, []).append((vid, value, instant_text(lo), instant_text(hi)))
     out: dict[FactKey, KeySummary] = {}
     for tenant, subject, kind, skey, fkey, value_hash, vids, conflicts, intervals in rows:
         key = shared_key(tenant, subject, fkey, kind, skey)

@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg.types.range import Range
 
 from toki.canonical import canonical_json
 from toki.chain import Digest
@@ -189,11 +188,8 @@ def version_drift(rows: Sequence[tuple[Any, ...]], events: Sequence[Event]) -> d
 def _norm(row: Sequence[Any]) -> tuple[Any, ...]:
     """A compared row with its instants (columns 7 to 9: valid start and end, recorded_at;
     timestamptz from the server, datetimes from an event) as toki's canonical text."""
-    return (*row[:7], *(_instant(x) for x in row[7:10]), *row[10:])
-
-
-def _instant(x: Any) -> Any:
-    return format_instant(parse_instant(x)) if isinstance(x, datetime) else x
+    return (*row[:7], *(instant_text(x) if isinstance(x, datetime) else x for x in row[7:10]),
+            *row[10:])
 
 
 KEY_COLS = "tenant, subject, scope_kind, scope_key, fact_key"
@@ -261,10 +257,9 @@ def jsonb(value_json: str) -> str | None:
     return None if "\\u0000" in value_json else value_json
 
 
-def bounds(during: Range[datetime]) -> tuple[str | None, str | None]:
-    lo = None if during.lower is None else format_instant(parse_instant(during.lower))
-    hi = None if during.upper is None else format_instant(parse_instant(during.upper))
-    return lo, hi
+def instant_text(at: datetime | None) -> str | None:
+    """A timestamptz bound as toki's canonical text (None: unbounded)."""
+    return None if at is None else format_instant(parse_instant(at))
 
 
 def overlap_message(summaries: Mapping[FactKey, KeySummary], exc: psycopg.Error) -> str:
