@@ -406,7 +406,8 @@ def _rows_open(d: dict[str, Any] | None) -> list[Row]:
             "(s); psycopg reading the same rows / open, with the tail / at the head",
             f"{fmt(r['open_checkpoint_s'])} / {fmt(r['open_checkpoint_tail0_s'])} / "
             f"{fmt(r['open_full_replay_s'])}; {fmt(r['checkpoint_ratio_to_floor'])} / "
-            f"{fmt(r['checkpoint_tail0_ratio_to_floor'])}", "—",
+            f"{fmt(r['checkpoint_tail0_ratio_to_floor'])}",
+            "<= 3 s; >= 0.5" if r["events"] >= 10**6 else "—",
             "measured " + pg["machine"]["measured_at"]))
     return out
 
