@@ -429,9 +429,9 @@ def test_the_tail_version_check_walks_indexes_before_any_statistics(
 
 def test_a_hold_is_found_by_its_token_through_an_index(pg_store: Callable[..., Any]) -> None:
     """confirm and reject find a HOLD's key by its token through toki_event_token (migration
-    8), before the table has statistics too; a DECISION payload that is not JSON (inserted
-    outside toki) neither breaks the index nor is taken for a hold: its row is read, and
-    named, by seq."""
+    8), before the table has statistics too; a payload jsonb cannot read is decoded by toki
+    (and still found); one that is not JSON (inserted outside toki) neither breaks the index
+    nor is taken for a hold: its row is read, and named, by seq."""
     from toki.model import FactKey
     from toki.store.pg_schema import TOKEN_OF
 
@@ -442,7 +442,9 @@ def test_a_hold_is_found_by_its_token_through_an_index(pg_store: Callable[..., A
         "INSERT INTO toki_event (seq, key_seq, kind, tenant, subject, scope_kind, scope_key, "
         "fact_key, recorded_at, version_ids, payload, payload_hash, event_id) "
         "SELECT g, 1, 'DECISION', 't', 's' || g, 'global', '*', 'f', now(), '{}', "
-        "CASE WHEN g = 7 THEN 'not json' WHEN g %% 2 = 0 THEN "
+        "CASE WHEN g = 7 THEN 'not json' WHEN g IN (9, 11) THEN "
+        "'{\"action\":\"HOLD\",\"note\":\"a\\u0000\\ud800\",\"token\":\"k' || g || '\"}' "
+        "WHEN g %% 2 = 0 THEN "
         "'{\"action\":\"HOLD\",\"token\":\"k' || g || '\"}' "
         "ELSE '{\"action\":\"SUPERSEDE\",\"token\":\"k' || g || '\"}' END, 'h', 'e-' || g "
         "FROM generate_series(1, %s) g",
@@ -452,6 +454,8 @@ def test_a_hold_is_found_by_its_token_through_an_index(pg_store: Callable[..., A
     plan = "\n".join(str(r[0]) for r in store.execute("EXPLAIN " + query, ("k42",)))
     assert "toki_event_token" in plan and "Seq Scan" not in plan, plan
     assert store.hold_key("k42", n) == FactKey("t", "s42", "f")
+    # a payload jsonb cannot read (\u0000, a lone surrogate), as toki's may hold, still found
+    assert store.hold_key("k9", n) == FactKey("t", "s9", "f")
     assert store.hold_key("k42", 41) is None  # after upto
     assert store.hold_key("k43", n) is None  # a DECISION of that token, not a HOLD
     assert store.hold_key("nope", n) is None

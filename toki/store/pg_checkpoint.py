@@ -220,14 +220,20 @@ def version_key(cur: psycopg.Cursor[Any], version_id: str, upto: int) -> FactKey
 
 def hold_key(cur: psycopg.Cursor[Any], token: str, upto: int) -> FactKey | None:
     """The fact key of the HOLD decision with seq <= upto that `token` names (the last, as a
-    fold keeps it), through toki_event_token, whose expression it repeats exactly."""
+    fold keeps it), through toki_event_token, whose expression it repeats exactly; the rows
+    whose payload PostgreSQL could not read (token '') are decoded here (one that is not JSON
+    is not a hold: reading it by seq names it)."""
     rows = cur.execute(
         f"SELECT payload, {KEY_COLS} FROM toki_event WHERE kind = 'DECISION' "
-        f"AND {TOKEN_OF} = %s AND seq <= %s ORDER BY seq DESC",
+        f"AND {TOKEN_OF} IN (%s, '') AND seq <= %s ORDER BY seq DESC",
         (token, upto),
     ).fetchall()
     for payload, tenant, subject, kind, skey, fkey in rows:
-        if decode_json(payload).get("action") == "HOLD":
+        try:
+            body = decode_json(payload)
+        except ValueError:
+            continue
+        if isinstance(body, dict) and body.get("token") == token and body.get("action") == "HOLD":
             return FactKey(tenant, subject, fkey, kind, skey)
     return None
 

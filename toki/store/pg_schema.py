@@ -281,7 +281,10 @@ def _migration_7(cur: psycopg.Cursor[Any]) -> None:
 
 
 TOKEN_OF = "toki_token_of(payload)"
-"""The token a DECISION row's payload names, the expression toki_event_token indexes."""
+"""The token a DECISION row's payload names, the expression toki_event_token indexes: NULL
+where it names none, '' where PostgreSQL cannot read the payload (JSON holding \u0000 or a
+lone surrogate, which toki's payloads may; or not JSON at all), so a lookup reads those
+rows too and decodes them itself."""
 
 _M8 = """
 CREATE OR REPLACE FUNCTION toki_token_of(payload text) RETURNS text
@@ -289,7 +292,7 @@ CREATE OR REPLACE FUNCTION toki_token_of(payload text) RETURNS text
 BEGIN
     RETURN payload::jsonb ->> 'token';
 EXCEPTION WHEN others THEN
-    RETURN NULL;  -- not JSON, or JSON jsonb cannot hold: its row is read and named by seq
+    RETURN '';  -- a payload jsonb cannot read: whoever looks a token up decodes it
 END $$;
 CREATE INDEX IF NOT EXISTS toki_event_token ON toki_event (toki_token_of(payload))
     WHERE kind = 'DECISION';
