@@ -103,6 +103,18 @@ def _store(w: Where, events: list[Event], cut: int) -> None:
     _append(w, events, len(events))
 
 
+def _calls(w: Where, method: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The `upto` of every call of the backend's store `method` from now on (a whole-log
+    read the test says must not happen)."""
+    store = w.raw()
+    kind = type(store)
+    store.close()
+    calls: list[int] = []
+    real = getattr(kind, method)
+    monkeypatch.setattr(kind, method, lambda s, upto: calls.append(upto) or real(s, upto))
+    return calls
+
+
 def _same(opened: Memory, full: Memory, times: list[datetime]) -> None:
     assert opened.state_hash() == full.state_hash()
     keys = full.keys()
@@ -693,12 +705,7 @@ def test_holds_are_found_by_token_after_a_checkpointed_open(
     in_tail = mem.write(Claim(other, "Rome", "s4", day(1), recorded_at=day(5)), AWAIT)
     mem._store.close()  # not close(): that may checkpoint the tail away
     assert held.token and in_tail.token  # the premise: one hold each side of the checkpoint
-    store_class = type(w.raw())
-    reads: list[int] = []
-    real = store_class.decision_events
-    monkeypatch.setattr(
-        store_class, "decision_events", lambda self, upto: reads.append(upto) or real(self, upto)
-    )
+    reads = _calls(w, "decision_events", monkeypatch)
     opened = Memory.open(w.url)
     assert opened.open_report is not None and opened.open_report.opened_from.startswith("check")
     opened.assert_fact(other, "Oslo", valid_from=day(1), recorded_at=day(6), source_id="s5")
@@ -730,12 +737,7 @@ def test_a_version_is_found_by_its_index_after_a_checkpointed_open(
         for e in events[:cut]
         if e.kind.value == "ASSERT" and full.lifecycle(e.version_ids[0]).value == "ACTIVE"
     )
-    store = w.raw()
-    kind = type(store)
-    store.close()
-    loads: list[int] = []
-    real = kind.version_keys
-    monkeypatch.setattr(kind, "version_keys", lambda s, upto: loads.append(upto) or real(s, upto))
+    loads = _calls(w, "version_keys", monkeypatch)
     mem = Memory.open(w.url)
     assert mem.lifecycle(prefix_vid) == full.lifecycle(prefix_vid)
     with pytest.raises(UnknownVersion):
@@ -825,12 +827,7 @@ def test_judge_verdicts_load_per_key_after_a_checkpointed_open(
     mem._store.close()  # not close(): that may checkpoint the tail away
     logged = [e for e in mem.events() if e.body.get("decision") == "judge"]
     assert {e.key for e in logged} == {a, b}  # the premise: verdicts before and after
-    store_class = type(w.raw())
-    reads: list[int] = []
-    real = store_class.decision_events
-    monkeypatch.setattr(
-        store_class, "decision_events", lambda self, upto: reads.append(upto) or real(self, upto)
-    )
+    reads = _calls(w, "decision_events", monkeypatch)
     opened = Memory.open(w.url)
     assert opened.open_report is not None and opened.open_report.opened_from.startswith("check")
     full = Memory.replay(mem.events())

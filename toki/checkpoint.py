@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar, cast
 from toki.canonical import canonical_json, decode_json
 from toki.chain import GENESIS, ChainCheck, link
 from toki.errors import IntegrityError
-from toki.judge import JudgeLog, Verdict
+from toki.judge import JudgeLog, Verdict, logged_verdict
 from toki.log import Event, EventKind, EventLog
 from toki.model import FactKey, fact_key_of_text
 from toki.replay import FILL_LOCK, KeyState, KeySummary, LazyKeyState, Snapshot
@@ -334,9 +334,9 @@ class LazyJudgeLog(JudgeLog):
                 return
             first: dict[tuple[FactKey, str], Verdict] = {}
             for _, body in self._decisions_of(key):
-                if body.get("decision") == "judge":
-                    found = Verdict.from_json(body["verdict"])
-                    first.setdefault((key, str(body["theta_digest"])), found)
+                logged = logged_verdict(body)
+                if logged is not None:
+                    first.setdefault((key, logged[0]), logged[1])
             self._verdicts.update(first)
             self._done.add(key)
 

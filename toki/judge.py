@@ -305,11 +305,17 @@ class JudgeLog:
     def from_events(cls, events: Iterable[Event]) -> JudgeLog:
         log = cls()
         for e in sorted(events, key=lambda e: e.seq):
-            if e.kind is EventKind.DECISION and e.body.get("decision") == "judge":
-                log.put_digest(
-                    e.key, str(e.body["theta_digest"]), Verdict.from_json(e.body["verdict"])
-                )
+            logged = logged_verdict(e.body) if e.kind is EventKind.DECISION else None
+            if logged is not None:
+                log.put_digest(e.key, *logged)
         return log
+
+
+def logged_verdict(body: Mapping[str, Any]) -> tuple[str, Verdict] | None:
+    """(θ digest, verdict) a judge DECISION event's body records; None for any other body."""
+    if body.get("decision") != "judge":
+        return None
+    return str(body["theta_digest"]), Verdict.from_json(body["verdict"])
 
 
 def candidates_of(incumbents: Sequence[FactVersion], claim: FactVersion) -> tuple[FactVersion, ...]:

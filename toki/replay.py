@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from toki.canonical import canonical_json, canonical_json_of_text, digest
 from toki.conflicts import ConflictGroups
-from toki.judge import JudgeLog, Verdict
+from toki.judge import JudgeLog, logged_verdict
 from toki.log import CONFIG_KEY, Event, EventKind
 from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution
 from toki.overlay import Appended, DictOverlay, SetOverlay, Sorted, SortedOverlay, TailOverlay
@@ -674,10 +674,8 @@ class Snapshot:
         body = event.body
         if body.get("action") == "HOLD":
             self.holds[str(body["token"])] = event.key
-        elif body.get("decision") == "judge":
-            self.judge_log.put_digest(
-                event.key, str(body["theta_digest"]), Verdict.from_json(body["verdict"])
-            )
+        elif (logged := logged_verdict(body)) is not None:
+            self.judge_log.put_digest(event.key, *logged)
 
     def fold(self, events: Iterable[Event]) -> None:
         """`apply` over events (any order, duplicates allowed), one key at a time.

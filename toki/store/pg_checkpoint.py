@@ -20,7 +20,7 @@ from toki.canonical import decode_json
 from toki.chain import Digest
 from toki.checkpoint import check_key_events, row_digest
 from toki.errors import IntegrityError
-from toki.log import Event
+from toki.log import Event, shared_key
 from toki.model import FactKey, fact_key_text
 from toki.replay import KeySummary
 from toki.store.base import LOG_COLUMNS, events_from_rows
@@ -215,7 +215,7 @@ def version_key(cur: psycopg.Cursor[Any], version_id: str, upto: int) -> FactKey
     if row is None:
         return None
     tenant, subject, kind, skey, fkey = row
-    return FactKey(tenant, subject, fkey, kind, skey)
+    return shared_key(tenant, subject, fkey, kind, skey)
 
 
 def hold_key(cur: psycopg.Cursor[Any], token: str, upto: int) -> FactKey | None:
@@ -234,7 +234,7 @@ def hold_key(cur: psycopg.Cursor[Any], token: str, upto: int) -> FactKey | None:
         except ValueError:
             continue
         if isinstance(body, dict) and body.get("token") == token and body.get("action") == "HOLD":
-            return FactKey(tenant, subject, fkey, kind, skey)
+            return shared_key(tenant, subject, fkey, kind, skey)
     return None
 
 
