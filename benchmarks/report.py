@@ -375,6 +375,14 @@ def _rows_open(d: dict[str, Any] | None) -> list[Row]:
             "<= 3 s; >= 0.5" if r["events"] >= 10**6 else "—",
             "issue #37: full replay at 19k events/s"))
     top = d["sizes"][-1]
+    if "checkpoint_ceiling_ratio" in top:  # measured since 2026-12-07's second stop
+        out.append(Row(
+            "open", f"… {fmt(top['events'])} events: the best ratio an open making the same "
+            "checks could reach (sqlite3 reading the rows / reading them, the record's digest, "
+            "one chain link per tail event, one digest per vouched projection row)",
+            f"{fmt(top['checkpoint_ceiling_ratio'])} ({fmt(top['floor_checkpoint_s'])} s / "
+            f"{fmt(top['floor_with_checks_s'])} s)", "—",
+            "the checks alone bound the ratio the target asks for"))
     out.append(Row(
         "open", f"… {fmt(top['events'])} events, after a checkpointed open: first current() "
         "of one key / first state_hash() (every key built) (s)",
