@@ -843,3 +843,79 @@ def test_judge_verdicts_load_per_key_after_a_checkpointed_open(
     assert len(reads) == 1
     assert opened.state_hash() == again.state_hash()
     opened._store.close()
+
+
+def _vouched_rows_match(path: Any) -> dict[str, str]:
+    """Each key text the record vouches for, with its digest, after asserting it is the
+    digest of the projection row stored for that key."""
+    conn = sqlite3.connect(path)
+    stored = {str(r[0]): checkpoint_module.row_digest(r) for r in conn.execute(
+        "SELECT * FROM toki_current")}
+    text = conn.execute("SELECT value FROM toki_meta WHERE name = 'checkpoint'").fetchone()[0]
+    conn.close()
+    vouched = {t: d for t, _, d in decode_json(text)["keys"] if d != UNCHECKED}
+    assert vouched and all(stored[t] == d for t, d in vouched.items())
+    return vouched
+
+
+def _summaries(monkeypatch: pytest.MonkeyPatch) -> list[FactKey]:
+    """The key of every KeyState.summary() computed from now on."""
+    from toki.replay import KeyState
+
+    calls: list[FactKey] = []
+    real = KeyState.summary
+    monkeypatch.setattr(KeyState, "summary", lambda s: calls.append(s.key) or real(s))
+    return calls
+
+
+def test_a_checkpoint_vouches_for_the_rows_its_own_writes_stored(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint written after this Memory's own writes (SQLite: one writer) takes each
+    key's digest from the projection row its last write stored, without folding the key's
+    summary again (a third of a checkpoint's time on a store of 500 keys), and the next open
+    finds every vouched row as recorded."""
+    path = tmp_path / "own.db"
+    mem = Memory.open(f"sqlite:///{path}")
+    keys = [FactKey("t", f"s{i}", "city") for i in range(6)]
+    for i, value in enumerate(["Lisbon", "Oslo", "Rome", "Paris", "Oslo", "Lima", "Kyiv"] * 3):
+        mem.assert_fact(keys[i % 6], value, valid_from=day(i % 5), recorded_at=day(10 + i),
+                        source_id=f"s{i}")
+    summaries = _summaries(monkeypatch)
+    assert mem.checkpoint() is not None
+    assert summaries == []
+    assert set(_vouched_rows_match(path)) == {SQLiteStore.key_text(mem._store, k) for k in keys}  # type: ignore[arg-type]
+    expected = mem.state_hash()
+    mem._store.close()
+    again = Memory.open(f"sqlite:///{path}")
+    assert again.open_report is not None and again.open_report.ok
+    assert again.open_report.opened_from.startswith("checkpoint at seq")
+    assert again.state_hash() == expected == Memory.replay(again.events()).state_hash()
+    again._store.close()
+
+
+def test_a_key_another_writer_wrote_since_is_folded_again_for_the_checkpoint(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When another process wrote a key after this Memory's own write, the row this Memory
+    stored is no longer the key's: its checkpoint folds the key's summary again, and vouches
+    for the row the other writer stored (using the stale one would make the next open report
+    the projection as drifted)."""
+    path = tmp_path / "two.db"
+    url = f"sqlite:///{path}"
+    a, b = Memory.open(url), Memory.open(url)
+    k, other = FactKey("t", "alice", "city"), FactKey("t", "bob", "city")
+    a.assert_fact(k, "Lisbon", valid_from=day(1), recorded_at=day(2), source_id="a")
+    a.assert_fact(other, "Rome", valid_from=day(1), recorded_at=day(2), source_id="a")
+    b.assert_fact(k, "Oslo", valid_from=day(3), recorded_at=day(4), source_id="b")
+    summaries = _summaries(monkeypatch)
+    assert a.checkpoint() is not None
+    assert summaries == [k]  # folded again; `other`'s row is a's own
+    _vouched_rows_match(path)
+    for mem in (a, b):
+        mem._store.close()
+    again = Memory.open(url)
+    assert again.open_report is not None and again.open_report.ok
+    assert {h.version.value for h in again.history(k)} == {"Lisbon", "Oslo"}
+    assert again.state_hash() == Memory.replay(again.events()).state_hash()
+    again._store.close()

@@ -168,7 +168,9 @@ class Memory:
         self._chain: ChainCheck | None = ChainCheck(self._store.url)
         self._checkpoint: Checkpoint | None = None  # the last one read or written
         self._digests: dict[str, str] = {}  # its projection-row digests, per key text
-        self._dirty: set[FactKey] = set()  # keys folded since (their digests are stale)
+        # keys folded since (their digests are stale), each with the projection row this
+        # Memory's own write stored for it, None where another fold came after that row
+        self._dirty: dict[FactKey, KeySummary | None] = {}
         self._checkpoints = hasattr(self._store, "save_checkpoint") and not getattr(
             self._store, "read_only", False
         )
@@ -356,7 +358,7 @@ class Memory:
 
         self._snapshot = lazy_snapshot(checkpoint, store, admitted, row_of)
         touched = {e.key for e in admitted}
-        self._dirty |= touched
+        self._dirty.update(dict.fromkeys(touched))
         config = in_force(self._snapshot, None)
         if config is not None:
             self._operators = {f: OPERATORS[o] for f, o in config.operators}
@@ -422,13 +424,15 @@ class Memory:
             for key in sorted(states):
                 text = store.key_text(key)
                 digest = self._digests.get(text)
-                if digest is None or digest == UNCHECKED or key in self._dirty:
+                if key in self._dirty or digest is None or digest == UNCHECKED:
                     state = states[key]  # an unbuilt key's row stays to be checked on use
-                    digest = (
-                        store.projection_digest(key, state.summary())
-                        if is_built(state)
-                        else UNCHECKED
-                    )
+                    written = self._dirty.get(key)  # the row stored: no fold to redo
+                    if written is not None:
+                        digest = store.projection_digest(key, written)
+                    elif is_built(state):
+                        digest = store.projection_digest(key, state.summary())
+                    else:
+                        digest = UNCHECKED
                 rows.append((key, text, seqs.get(key, 0), digest))
             checkpoint = Checkpoint(self._log.last_seq, self._chain.head, tuple(rows))
             text = checkpoint.to_text()
@@ -487,7 +491,7 @@ class Memory:
             if self._shared or self._owned is not None:
                 self._own(event.key)
             self._snapshot.apply(event, new=True)
-            self._dirty.add(event.key)
+            self._dirty[event.key] = None
 
     def _own(self, key: FactKey) -> None:
         """Copy on write: never fold into a state a Db handed out still holds."""
@@ -574,11 +578,13 @@ class Memory:
                     return []
                 part = Partition.of_snapshot(wanted, self._snapshot, self._log.last_seq)
                 events = build(part)
+                rows = part.fold(events) if events else {}
                 if events:
                     extra: dict[str, Any] = {} if op is None else {"op": op}  # toki.ops
-                    self._store.append(events, part.fold(events), events[-1].seq, **extra)
+                    self._store.append(events, rows, events[-1].seq, **extra)
             for event in events:  # committed: only now does this Memory see them
                 self._fold(event)
+            self._dirty.update(rows)  # the rows stored: what the next checkpoint vouches for
             if events:
                 self._writes += 1
                 with suppress(StoreError):  # committed already: a busy lock only delays it
