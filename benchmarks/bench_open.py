@@ -205,19 +205,28 @@ def _open(url: str) -> Memory:
     return mem
 
 
+Rows = list[tuple[Any, ...]]
+
+
+def _read(conn: sqlite3.Connection, checkpoint_seq: int | None) -> tuple[Rows, Rows, Rows, Rows]:
+    """The rows an open reads (checkpoint_seq None: a full replay's): toki_meta, toki_current,
+    the chain link at the checkpoint and the events after it (a full replay: every event)."""
+    meta = conn.execute("SELECT * FROM toki_meta").fetchall()
+    current = conn.execute("SELECT * FROM toki_current").fetchall()
+    if checkpoint_seq is None:
+        return meta, current, [], conn.execute("SELECT * FROM toki_event ORDER BY seq").fetchall()
+    head = conn.execute("SELECT chain FROM toki_event WHERE seq = ?", (checkpoint_seq,)).fetchall()
+    tail = conn.execute(
+        "SELECT * FROM toki_event WHERE seq > ? ORDER BY seq", (checkpoint_seq,)
+    ).fetchall()
+    return meta, current, head, tail
+
+
 def _floor(path: Path, checkpoint_seq: int | None) -> float:
     """sqlite3 reading the rows an open reads (checkpoint_seq None: a full replay's)."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     t0 = time.perf_counter()
-    conn.execute("SELECT * FROM toki_meta").fetchall()
-    conn.execute("SELECT * FROM toki_current").fetchall()
-    if checkpoint_seq is None:
-        conn.execute("SELECT * FROM toki_event ORDER BY seq").fetchall()
-    else:
-        conn.execute("SELECT chain FROM toki_event WHERE seq = ?", (checkpoint_seq,)).fetchall()
-        conn.execute(
-            "SELECT * FROM toki_event WHERE seq > ? ORDER BY seq", (checkpoint_seq,)
-        ).fetchall()
+    _read(conn, checkpoint_seq)
     elapsed = time.perf_counter() - t0
     conn.close()
     return elapsed
@@ -293,12 +302,8 @@ def _checks_floor(path: Path, checkpoint_seq: int) -> float:
     checks in Python could reach: what is left of the target is toki's own per-row work."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     t0 = time.perf_counter()
-    meta = dict(conn.execute("SELECT * FROM toki_meta").fetchall())
-    current = conn.execute("SELECT * FROM toki_current").fetchall()
-    head = conn.execute("SELECT chain FROM toki_event WHERE seq = ?", (checkpoint_seq,)).fetchone()
-    tail = conn.execute(
-        "SELECT * FROM toki_event WHERE seq > ? ORDER BY seq", (checkpoint_seq,)
-    ).fetchall()
+    rows, current, head, tail = _read(conn, checkpoint_seq)
+    meta = dict(rows)
     texts = dict(conn.execute(
         "SELECT id, fact_key FROM toki_key WHERE id IN "
         "(SELECT key_id FROM toki_event WHERE seq > ?)", (checkpoint_seq,)
@@ -306,7 +311,7 @@ def _checks_floor(path: Path, checkpoint_seq: int) -> float:
     record = meta["checkpoint"]
     assert text_digest(record) == meta["checkpoint_digest"]
     recorded = {t: d for t, _, d in decode_json(record)["keys"]}
-    prev = head[0]
+    prev = head[0][0]
     for seq, _, key_seq, _, _, _, payload_hash, event_id, _, chain in tail:
         prev = link(prev, _Linked(seq, key_seq, event_id, payload_hash))  # type: ignore[arg-type]
         assert prev == chain
@@ -458,7 +463,6 @@ def bench_size_pg(n: int, repeat: int, dsn: str) -> dict[str, Any]:
         mem = Memory.open(url)
         mem.checkpoint()
         mem.close()
-        os.sync()  # the timed opens should not share the disk with the build's write-back
         out["open_checkpoint_tail0_s"] = _best(repeat, lambda: _open(url))
         out["floor_checkpoint_tail0_s"] = min(_pg_floor(dsn, schema, n) for _ in range(repeat))
         store = PostgresStore(dsn, schema=schema)
