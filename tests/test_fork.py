@@ -1,11 +1,15 @@
-"""A write folds into a fork of its keys' states (toki.overlay), not a copy: the fork must
-give what the old clone-and-fold gave, and leave the live state as it was."""
+"""A write folds into a fork of a hot key's state (toki.overlay) and into a copy of a small
+key's, which becomes the live state once the write commits: the fork must give what the
+clone-and-fold gives, both must leave the live state as it was until the commit, and the
+adopted copies must be what folding the log gives."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from datetime import timedelta
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, note, settings
@@ -117,6 +121,37 @@ def test_a_refused_or_failed_write_leaves_the_live_state_unchanged(seed: int) ->
     )
     assert mem.state_hash() == replay(mem.events()).state_hash()
     assert mem._snapshot.keys[target.key].versions[written.id] == written
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10**6), small=st.sampled_from([0, 1, 3, 64]))
+def test_the_live_state_a_write_adopts_is_the_fold_of_the_log(seed: int, small: int) -> None:
+    """Writes whose keys are copied (at most `small` versions) or forked, with Dbs taken
+    between them: each live key state is field for field the replay of the log, and every
+    Db still has the state hash it had when it was taken."""
+    note(f"seed={seed} small={small}")
+    rng = random.Random(seed)
+    with mock.patch("toki.partition.SMALL_KEY", small):
+        mem = scripted_memory(seed, 15)
+        taken = []
+        for _ in range(15):
+            if rng.random() < 0.4:
+                db = mem.db()
+                taken.append((db, db.state_hash()))
+            key = rng.choice(sorted(mem._snapshot.keys))
+            with contextlib.suppress(TokiError):
+                mem.assert_fact(
+                    key, rng.choice(VALUES), valid_from=day(rng.randint(0, 90)), source_id="t"
+                )
+    replayed = replay(mem.events())
+    assert mem._snapshot.keys.keys() == replayed.keys.keys()
+    for key, state in replayed.keys.items():
+        state._ensure_built()
+        live = mem._snapshot.keys[key]
+        live._ensure_built()
+        assert _fields(live, ALL_FIELDS) == _fields(state, ALL_FIELDS), key
+    assert mem.state_hash() == replayed.state_hash()
+    assert [db.state_hash() for db, _ in taken] == [h for _, h in taken]
 
 
 def test_overlays_read_through_and_record_only_their_own_changes() -> None:

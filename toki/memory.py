@@ -87,7 +87,7 @@ from toki.plan import (
     version_id,
 )
 from toki.projection import ReconcileReport, compare, reconcile
-from toki.replay import KeySummary, Snapshot, gc_paused, is_built, replay
+from toki.replay import KeyState, KeySummary, Snapshot, gc_paused, is_built, replay
 from toki.scratch import rejudge
 from toki.shadow import (
     Config,
@@ -486,12 +486,24 @@ class Memory:
             self._chain.add(event, event.chain)
         return self._log.add(event)
 
-    def _fold(self, event: Event) -> None:
+    def _fold(self, event: Event, adopted: bool = False) -> None:
+        """adopted: the key's state holds the event already (`_adopt`): index it only."""
         if self._admit(event):  # the log holds the ids the snapshot has seen: a new one
-            if self._shared or self._owned is not None:
+            if not adopted and (self._shared or self._owned is not None):
                 self._own(event.key)
-            self._snapshot.apply(event, new=True)
+            self._snapshot.apply(event, new=True, folded=adopted)
             self._dirty[event.key] = None
+
+    def _adopt(self, key: FactKey, state: KeyState) -> None:
+        """A committed write's own copy of the key's state becomes the live one: a Db that
+        holds the old one keeps it unchanged, a reader sees the old or the new, never half."""
+        if self._shared:
+            self._snapshot = self._snapshot.copy()
+            self._shared = False
+            self._owned = set()
+        self._snapshot.keys[key] = state
+        if self._owned is not None:
+            self._owned.add(key)
 
     def _own(self, key: FactKey) -> None:
         """Copy on write: never fold into a state a Db handed out still holds."""
@@ -582,8 +594,13 @@ class Memory:
                 if events:
                     extra: dict[str, Any] = {} if op is None else {"op": op}  # toki.ops
                     self._store.append(events, rows, events[-1].seq, **extra)
-            for event in events:  # committed: only now does this Memory see them
-                self._fold(event)
+            # committed: only now does this Memory see them, each key's state the one the
+            # write folded into where that is a copy (Partition.SMALL_KEY), else folded again
+            adopted = part.own_states({e.key for e in events})
+            for key, state in adopted.items():
+                self._adopt(key, state)
+            for event in events:
+                self._fold(event, event.key in adopted)
             self._dirty.update(rows)  # the rows stored: what the next checkpoint vouches for
             if events:
                 self._writes += 1

@@ -19,7 +19,14 @@ from toki.model import FactKey, FactVersion
 from toki.projection import rows_for
 from toki.replay import KeyState, KeySummary, Snapshot
 
-__all__ = ["Partition"]
+__all__ = ["SMALL_KEY", "Partition"]
+
+SMALL_KEY = 256
+"""A key with at most this many events is copied for a write rather than forked: the copy
+costs O(SMALL_KEY) once, folding into it and summarising it cost less than through a fork's
+overlays (a write on a key of 500 events still costs less copied), and once the write
+commits the copy becomes the key's live state, so nothing is folded twice. A key with more
+events (a hot key) is forked: O(1), and its writes stay O(log n) in its versions."""
 
 
 class Partition:
@@ -29,13 +36,14 @@ class Partition:
     whose sequencer assigns the global seq after commit passes 0 and ignores it.
     """
 
-    __slots__ = ("_key_seq", "base_seq", "keys", "snapshot")
+    __slots__ = ("_forked", "_key_seq", "base_seq", "keys", "snapshot")
 
     def __init__(self, keys: Iterable[FactKey], events: Iterable[Event], base_seq: int) -> None:
         self.keys = frozenset(keys)
         self.base_seq = base_seq
         self.snapshot = Snapshot()
         self._key_seq: dict[FactKey, int] = {}
+        self._forked: set[FactKey] = set()  # states that read through to a live one
         for event in sorted(events, key=lambda e: e.key_seq):
             self.snapshot.apply(event)
             if event.key_seq > self._key_seq.get(event.key, 0):
@@ -44,9 +52,10 @@ class Partition:
     @classmethod
     def of_snapshot(cls, keys: Iterable[FactKey], live: Snapshot, base_seq: int) -> Partition:
         """The partition of a single-writer store, taken from the caught-up live snapshot
-        under the writer lock: forks of its keys' states (no replay, no copy: a fork reads
-        through to the live state, which nothing changes until this write is over), so that
-        folding the write's events for the projection rows leaves the live state untouched."""
+        under the writer lock, so that folding the write's events for the projection rows
+        leaves the live state untouched: a copy of each small key's state, a fork of each
+        hot key's (no replay, no copy: a fork reads through to the live state, which nothing
+        changes until this write is over); see SMALL_KEY."""
         part = cls(keys, (), base_seq)
         snap = part.snapshot
         snap.judge_log = live.judge_log  # read-only here: new verdicts go to ctx.new_calls
@@ -54,7 +63,12 @@ class Partition:
             state = live.keys.get(key)
             if state is None:
                 continue
-            snap.keys[key] = state.fork()
+            state._ensure_built()  # the live state keeps its query structures from here on
+            if state.last_key_seq <= SMALL_KEY:
+                snap.keys[key] = state.clone()
+            else:
+                snap.keys[key] = state.fork()
+                part._forked.add(key)
             part._key_seq[key] = state.last_key_seq
         keys = part.keys  # the keys' holds when asked: listing every hold of a store opened
         # from a checkpoint reads the whole log's DECISION events (0.33 s at 10^6 events)
@@ -106,6 +120,12 @@ class Partition:
         if pending:
             key_seq += sum(1 for e in pending if e.key == key)
         return make_event(seq, key_seq, kind, key, recorded_at, version_ids, body, version)
+
+    def own_states(self, keys: Iterable[FactKey]) -> dict[FactKey, KeyState]:
+        """The states of `keys` this partition holds as its own (copied or new, not forks):
+        once the write that folded into them commits, each is its key's new live state."""
+        states = self.snapshot.keys
+        return {k: states[k] for k in keys if k in states and k not in self._forked}
 
     def fold(self, events: Sequence[Event]) -> dict[FactKey, KeySummary]:
         """Apply the write's events to the scratch snapshot; the projection rows they change."""

@@ -287,6 +287,7 @@ class KeyState:
             closed_by=dict(self.closed_by),
             groups=self.groups.clone(),
             _built=self._built,
+            _indexes=dict(self._indexes),
         )
 
     def _ensure_built(self) -> None:
@@ -650,17 +651,19 @@ class Snapshot:
         self.seen: set[str] = set()
         self.watermark = 0
 
-    def apply(self, event: Event, *, new: bool = False) -> bool:
+    def apply(self, event: Event, *, new: bool = False, folded: bool = False) -> bool:
         """Fold one event; False for a duplicate (already seen) event. new: the caller knows
         it is not a duplicate (a Memory's log admitted it), so `seen` is not asked (after an
-        open from a checkpoint asking it is a query of the store per event)."""
+        open from a checkpoint asking it is a query of the store per event). folded: the
+        key's state holds the event already (a write's adopted copy): index it only."""
         if not new and event.event_id in self.seen:
             return False
         self.seen.add(event.event_id)
-        state = self.keys.get(event.key)
-        if state is None:
-            state = self.keys[event.key] = KeyState(event.key)
-        state.apply(event)
+        if not folded:
+            state = self.keys.get(event.key)
+            if state is None:
+                state = self.keys[event.key] = KeyState(event.key)
+            state.apply(event)
         kind = event.kind
         if kind is _ASSERT:
             self.version_key[event.version_ids[0]] = event.key
