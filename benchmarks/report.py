@@ -135,6 +135,10 @@ def _rows_core(d: dict[str, Any] | None) -> list[Row]:
                         f"{fmt(hot['writes_per_s'], 'writes/s')} (first / last 1,000: "
                         f"{fmt(hot.get('writes_per_s_first_1000'))} / "
                         f"{fmt(hot.get('writes_per_s_last_1000'))})", "—", "—"))
+        if "last_to_first" in hot:  # measured since 2026-12-07: best of `repeat` per window
+            rows.append(Row("core", "write path, hot key: rate of the last 1,000 writes / the "
+                            f"first 1,000 (each window its best of {hot['repeat']} chains)",
+                            fmt(hot["last_to_first"]), ">= 0.7 (issue #37)", "—"))
     sq = d.get("sqlite", {})
     if "raw_sqlite_same_rows_per_s" in sq:
         rows.append(Row("core", "sqlite3 alone, same rows into the same schema (FULL / OFF sync; "
