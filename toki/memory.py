@@ -497,20 +497,14 @@ class Memory:
     def _adopt(self, key: FactKey, state: KeyState) -> None:
         """A committed write's own copy of the key's state becomes the live one: a Db that
         holds the old one keeps it unchanged, a reader sees the old or the new, never half."""
-        if self._shared:
-            self._snapshot = self._snapshot.copy()
-            self._shared = False
-            self._owned = set()
+        self._unshare()
         self._snapshot.keys[key] = state
         if self._owned is not None:
             self._owned.add(key)
 
     def _own(self, key: FactKey) -> None:
         """Copy on write: never fold into a state a Db handed out still holds."""
-        if self._shared:
-            self._snapshot = self._snapshot.copy()
-            self._shared = False
-            self._owned = set()
+        self._unshare()
         owned = self._owned
         assert owned is not None
         if key not in owned:
@@ -518,6 +512,13 @@ class Memory:
             if state is not None:
                 self._snapshot.keys[key] = state.clone()
             owned.add(key)
+
+    def _unshare(self) -> None:
+        """A Db holds the snapshot: fold into a copy (sharing its key states) from now on."""
+        if self._shared:
+            self._snapshot = self._snapshot.copy()
+            self._shared = False
+            self._owned = set()
 
     def _catch_up(self) -> int:
         """Fold events the store sequenced since our watermark; returns how many."""
