@@ -491,6 +491,9 @@ def _rows_scale(d: dict[str, Any] | None) -> list[Row]:
     out = []
     for r in d["rows"]:
         per = " (per write; the whole job's exponent is 1 more)" if r.get("per_write") else ""
+        if r.get("once_per_key"):
+            per = (" (once per key after an open; the job, each of the 1,000 keys written "
+                   "once, grows as one such write)")
         out.append(Row(
             "growth", f"{r['job']}{per}: seconds at n = "
             + ", ".join(fmt(n) for n in r["n"]) + f"; fitted exponent [{r['source']}]",
