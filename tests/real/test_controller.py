@@ -351,3 +351,38 @@ def test_an_agent_crashed_by_unwinding_knows_it_and_its_gates_raise() -> None:
     assert ctl.crash(0, unwind=True) is True  # returns once the thread has ended
     assert seen == [False, True, "Abandoned"]
     ctl.reset(1)
+
+
+def test_a_unit_thread_that_ends_after_its_run_was_reset_counts_in_no_later_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CI witness (stop 47, tests/real/test_units.py): an executor thread hands its result to
+    the loop, the agent finishes, the host resets, and only then does the thread uncount
+    itself. Counted into the next run, the next run's agent 0 looked busy forever
+    (GateTimeout after 60 s). Here the thread is held between the two steps on purpose."""
+    import concurrent.futures
+
+    from toki.real.inenv import controller as controller_module
+
+    class SlowFuture(concurrent.futures.Future[Any]):
+        def set_result(self, result: Any) -> None:
+            super().set_result(result)
+            threading.Event().wait(0.3)  # the host finishes the run and resets meanwhile
+
+    monkeypatch.setattr(controller_module.concurrent.futures, "Future", SlowFuture)
+    ctl = Controller(timeout=5)
+    ctl.reset(0)
+
+    async def quick() -> int:
+        return await asyncio.to_thread(lambda: 1)
+
+    assert ctl.start(0, quick, is_async=True) == {"state": "done", "outcome": 1}
+    ctl.reset(1)
+
+    async def parks() -> Any:
+        return await asyncio.to_thread(ctl.gate, "test", "io", None, [], [("doc", "*")])
+
+    state = ctl.start(0, parks, is_async=True)  # the stale count made this a GateTimeout
+    assert state["state"] == "parked" and state["point"]["name"] == "io"
+    assert ctl.release(0) == {"state": "done", "outcome": None}
+    ctl.reset(2)

@@ -201,6 +201,8 @@ class Controller:
             point["task"] = unit
         slot = _Slot(point, loop)
         with self._cond:
+            if _GENERATION.get() != self._generation:
+                raise Abandoned()  # reset since the check above: count in no later run
             self._slots.setdefault(agent, {})[unit] = slot
             self._busy[agent] = self._busy.get(agent, 0) - 1
             if loop is None:
@@ -622,6 +624,8 @@ class Controller:
         agent, unit = CURRENT.get(), self._unit()
         assert agent is not None
         with self._cond:
+            if _GENERATION.get() != self._generation:
+                raise Abandoned()
             if ready():
                 return True
             deadline = None if timeout is None else self.vclock + max(0.0, timeout)
@@ -690,7 +694,7 @@ class _UnitExecutor(concurrent.futures.ThreadPoolExecutor):
         self.agent = agent
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kw: Any) -> Any:
-        ctl, agent = self.controller, self.agent
+        ctl, agent, generation = self.controller, self.agent, self.controller._generation
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         context = contextvars.copy_context()
         context.run(_TASK.set, ctl._next_unit(agent))
@@ -706,6 +710,8 @@ class _UnitExecutor(concurrent.futures.ThreadPoolExecutor):
             else:
                 future.set_result(result)  # queues the result on the loop (thread-safe)
             with ctl._cond:
+                if generation != ctl._generation:
+                    return  # the agent finished on that result and the run was reset
                 ctl._busy[agent] = ctl._busy.get(agent, 0) - 1
                 ctl._cond.notify_all()
             if loop is not None:
