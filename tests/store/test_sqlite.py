@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toki import FactKey, Memory
 from toki.errors import IntegrityError
@@ -179,3 +181,22 @@ def test_an_unreadable_event_row_is_an_integrity_error_naming_its_seq(tmp_path: 
         store.close()
     with pytest.raises(IntegrityError, match="event seq 2"):
         Memory.open(f"sqlite:///{path}")
+
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    st.lists(st.text()),
+    st.lists(st.tuples(st.text(), st.text(), st.none() | st.text(), st.none() | st.text())),
+)
+def test_projection_row_lists_are_json_dumps_byte_for_byte(
+    ids: list[str], segments: list[tuple[str, str, str | None, str | None]]
+) -> None:
+    """A checkpoint digests the stored projection text, so the fast list encoding must spell
+    exactly what json.dumps spelled (stores written before it keep verifying)."""
+    from toki.replay import KeySummary
+    from toki.store.sqlite import _projection_row
+
+    row = _projection_row(FactKey("t", "s", "k"), KeySummary("h", tuple(ids), 0, 0, tuple(segments)))
+    assert row[2] == json.dumps(ids)
+    assert row[5] == json.dumps([list(seg) for seg in segments])

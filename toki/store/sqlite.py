@@ -12,8 +12,9 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
+from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +225,7 @@ class SQLiteStore:
         self.url = f"sqlite:///{self.path}"
         self.busy_timeout = busy_timeout
         self._lock = threading.RLock()
+        self._driver_errors = _DriverErrors(self)
         self._depth = 0
         self._head: tuple[int, str | None] | None = None  # (seq, link) read in this transaction
         self._key_ids: dict[str, int] = {}
@@ -389,28 +391,26 @@ class SQLiteStore:
         )
         conn.execute("DROP TABLE toki_event_old")
 
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
+    def _errors(self) -> _DriverErrors:
         """Map driver errors onto toki's hierarchy, naming the file."""
-        try:
-            yield
-        except sqlite3.IntegrityError as exc:
-            raise ConstraintViolation(
+        return self._driver_errors
+
+    def _mapped(self, exc: sqlite3.DatabaseError) -> StoreError:
+        if isinstance(exc, sqlite3.IntegrityError):
+            return ConstraintViolation(
                 f"{self.path}: the database refused the write ({exc}); nothing of it was kept"
-            ) from exc
-        except sqlite3.OperationalError as exc:
+            )
+        if isinstance(exc, sqlite3.OperationalError):
             if "locked" in str(exc) or "busy" in str(exc):
-                raise StoreBusy(
+                return StoreBusy(
                     f"{self.path}: another connection held the write lock for longer than the "
                     f"busy timeout ({self.busy_timeout:g} s); nothing was written (retry, or "
                     "open with a longer busy_timeout)"
-                ) from exc
-            raise StoreError(f"{self.path}: SQLite failed: {exc}") from exc
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(
-                f"url: {self.path} cannot be used as a SQLite database ({exc}); "
-                "it was left untouched"
-            ) from exc
+                )
+            return StoreError(f"{self.path}: SQLite failed: {exc}")
+        return StoreError(
+            f"url: {self.path} cannot be used as a SQLite database ({exc}); it was left untouched"
+        )
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -891,6 +891,23 @@ class SQLiteStore:
             self._conn.close()
 
 
+class _DriverErrors:
+    """`SQLiteStore._errors`: a plain context manager rather than a generator one (a write
+    enters it five times; it holds no state, so one instance serves nested uses)."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, sqlite3.DatabaseError):
+            raise self.store._mapped(exc) from exc
+
+
 def _rows(events: Sequence[Event], key_ids: Sequence[int], prev: str) -> list[tuple[object, ...]]:
     """`toki_event` rows of consecutive events, chained on from `prev`."""
     rows = []
@@ -905,11 +922,18 @@ def _projection_row(key: FactKey, s: KeySummary) -> tuple[object, ...]:
     return (
         _key_text(key),
         s.value_hash,
-        json.dumps(list(s.version_ids)),
+        json_list(s.version_ids),
         s.open_conflicts,
         s.open_intervals,
-        json.dumps([list(seg) for seg in s.segments]),
+        "[" + ", ".join([json_list(seg) for seg in s.segments]) + "]",
     )
+
+
+def json_list(items: Iterable[str | None]) -> str:
+    """`json.dumps(list(items))` of strings and None, byte for byte (a checkpoint digests
+    the stored text), through json's own C string encoder: a write stores two such lists
+    per key it touches, and json.dumps's Python layers cost more than the encoding."""
+    return "[" + ", ".join(["null" if s is None else _json_string(s) for s in items]) + "]"
 
 
 def summary_of_row(row: Sequence[Any]) -> tuple[FactKey, KeySummary]:
