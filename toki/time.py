@@ -48,7 +48,7 @@ def parse_instant(value: object, field: str = "time") -> datetime:
                 "pass an aware datetime, e.g. datetime(..., tzinfo=timezone.utc), or an RFC 3339 "
                 "string ending in Z or an offset",
             )
-        return _to_utc(value, field, value.isoformat())
+        return _to_utc(value, field, value)
     if isinstance(value, str):
         if value[-1:] == "Z":  # toki's own form: the C parser reads it (3.11 takes Z as UTC)
             try:
@@ -75,16 +75,19 @@ def parse_instant(value: object, field: str = "time") -> datetime:
                 f"{value!r} has no time zone",
                 "append Z (UTC) or an offset such as +02:00",
             )
-        return _to_utc(parsed, field, repr(value))
+        return _to_utc(parsed, field, value)
     raise InvalidTime(
         field, f"expected an RFC 3339 string or aware datetime, got {type(value).__name__}"
     )
 
 
-def _to_utc(at: datetime, field: str, shown: str) -> datetime:
+def _to_utc(at: datetime, field: str, given: object) -> datetime:
+    """`at` in UTC; `given` (what the caller passed) is spelled only in the error (a write
+    parses its instants on every call)."""
     try:
         return at.astimezone(UTC)
     except OverflowError:
+        shown = given.isoformat() if isinstance(given, datetime) else repr(given)
         raise InvalidTime(
             field,
             f"{shown} is outside the calendar in UTC (years 1 to 9999)",
