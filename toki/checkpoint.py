@@ -32,7 +32,7 @@ from toki.errors import IntegrityError
 from toki.judge import JudgeLog, Verdict, logged_verdict
 from toki.log import Event, EventKind, EventLog
 from toki.model import FactKey, fact_key_of_text
-from toki.replay import FILL_LOCK, KeyState, KeySummary, LazyKeyState, Snapshot
+from toki.replay import FILL_LOCK, KeyState, KeySummary, LazyKeyState, Snapshot, gc_paused
 
 __all__ = [
     "FORMAT",
@@ -413,13 +413,12 @@ def lazy_snapshot(
         pending.setdefault(event.key, []).append(event)
         snapshot.watermark = max(snapshot.watermark, event.seq)
     builder = _Builder(checkpoint, source, pending, row_of)
-    fill = builder.fill
     keys = snapshot.keys
     for key in builder.seqs:
-        keys[key] = LazyKeyState(key, fill)
+        keys[key] = LazyKeyState(key, builder)
     for key in pending:
         if key not in keys:
-            keys[key] = LazyKeyState(key, fill)
+            keys[key] = LazyKeyState(key, builder)
     return snapshot
 
 
@@ -439,7 +438,8 @@ keys of one event each still switch to the one pass."""
 class _Builder:
     """Builds the lazy keys of one snapshot: one key from its own rows, or, once the rows so
     read reach BULK_SHARE of the prefix, every key still unbuilt from one chain-walked pass
-    over the prefix."""
+    over the prefix; a sweep of every key (`build_all`, from `toki.replay.build_lazy`) goes
+    to that pass at once."""
 
     def __init__(
         self,
@@ -458,9 +458,10 @@ class _Builder:
         self.read = 0  # rows read one key at a time (QUERY_ROWS per read included)
         self.bulk: dict[FactKey, KeyState | IntegrityError] | None = None
 
-    def fill(self, key: FactKey) -> KeyState:
-        if self.bulk is None and self.read >= BULK_SHARE * self.checkpoint.seq:
-            self.bulk = self._build_all()
+    def __call__(self, key: FactKey) -> KeyState:
+        """Key `key`'s state (the `fill` of its LazyKeyState)."""
+        if self.read >= BULK_SHARE * self.checkpoint.seq:
+            self.build_all()
         if self.bulk is not None:
             built = self.bulk.pop(key, None) or KeyState(key)
             if isinstance(built, IntegrityError):
@@ -471,6 +472,13 @@ class _Builder:
         events = self.source.key_events(key, upto) if self.seqs.get(key) else []
         self.read += len(events) + QUERY_ROWS
         return self._build(key, events, self.tail.get(key, ()))
+
+    def build_all(self) -> None:
+        """Every key is about to be read (`build_lazy`): build the unbuilt ones in one pass
+        now, rather than renting key by key first (an all-keys sweep paid about twice)."""
+        if self.bulk is None:
+            with gc_paused():  # the whole log decoded: no cycles among what it builds
+                self.bulk = self._build_all()
 
     def _build_all(self) -> dict[FactKey, KeyState | IntegrityError]:
         """Every key from one pass over the prefix, its whole chain walked to the head."""

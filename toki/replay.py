@@ -621,6 +621,23 @@ class LazyKeyState(KeyState):
         return object.__getattribute__(self, name)
 
 
+def build_lazy(states: Iterable[KeyState]) -> None:
+    """Before reading every one of `states` (`state_hash`, `summaries`): the builder of the
+    lazy ones (toki.checkpoint) builds all its keys in one pass over the log, instead of one
+    read per key until its reads reach the log's length and then that pass."""
+    builders: dict[int, Callable[[], None]] = {}
+    for state in states:
+        if type(state) is LazyKeyState:
+            fill = object.__getattribute__(state, "_fill")
+            build_all = getattr(fill, "build_all", None)
+            if build_all is not None:
+                builders.setdefault(id(fill), build_all)
+    if builders:
+        with FILL_LOCK:
+            for build_all in builders.values():
+                build_all()
+
+
 def is_built(state: KeyState) -> bool:
     """Whether a key state is built (reading any field of a LazyKeyState builds it)."""
     return type(state) is not LazyKeyState
@@ -798,10 +815,12 @@ class Snapshot:
     def state_hash(self) -> str:
         """A hash of the belief state, independent of delivery order and sequence numbers.
         Which configuration serves reads (CONFIG events, toki.shadow) is not belief state."""
+        build_lazy(self.keys.values())
         parts = [self.keys[k].digest_parts() for k in sorted(self.keys) if k != CONFIG_KEY]
         return digest(canonical_json(parts), 64)
 
     def summaries(self) -> dict[FactKey, KeySummary]:
+        build_lazy(self.keys.values())
         return {k: s.summary() for k, s in self.keys.items()}
 
 
