@@ -323,3 +323,31 @@ def test_every_stored_link_is_the_recomputed_one(target: Target) -> None:
             prev = link(prev, e)
             mine.append(prev)
         assert stored == mine
+
+
+@pytest.mark.parametrize(
+    "field, bad", [("kind", "NOPE"), ("kind", ["ASSERT"]), ("start_source", "guessed"),
+                   ("start_source", ["evidence"]), ("end_source", 7)],
+)  # fmt: skip
+def test_a_row_with_a_kind_or_bound_source_toki_never_wrote_is_unreadable(
+    field: str, bad: object
+) -> None:
+    """Kinds and bound sources are looked up by value (not through Enum's call); a value no
+    kind or source has, hashable or not, is still an unreadable row naming its seq."""
+    from toki.store.base import LOG_COLUMNS, events_from_rows
+
+    mem = Memory()
+    write_small_history(mem)
+    event = next(e for e in mem.events() if e.kind is EventKind.ASSERT)
+    body = json.loads(event.payload)
+    kind: object = event.kind.value
+    if field == "kind":
+        kind = bad
+    else:
+        body["version"]["valid"][field] = bad
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    row = (event.seq, event.key_seq, kind, payload, sha(payload, 64),
+           _event_id(EventKind.ASSERT, payload), None)  # fmt: skip
+    assert len(row) == len(LOG_COLUMNS.split(", "))
+    with pytest.raises(IntegrityError, match=f"x.db: event seq {event.seq} is unreadable"):
+        list(events_from_rows([row], "x.db"))

@@ -139,6 +139,9 @@ def shared_key(
     return FactKey(tenant, subject, fact_key, scope_kind, scope_key)
 
 
+_KINDS = {k.value: k for k in EventKind}
+
+
 def event_from_record(
     record: Mapping[str, Any], *, verify: bool = True, deep: bool = False
 ) -> Event:
@@ -149,7 +152,10 @@ def event_from_record(
     """
     payload = str(record["payload"])
     body = decode_json(payload)
-    kind = EventKind(record["kind"])
+    try:
+        kind = _KINDS[record["kind"]]  # EventKind(text) without Enum's call machinery
+    except (KeyError, TypeError):
+        kind = EventKind(record["kind"])  # not a kind: its ValueError
     k = body["_key"]
     key = shared_key(k["tenant"], k["subject"], k["fact_key"], k["scope_kind"], k["scope_key"])
     version_ids = tuple(body["_version_ids"])
