@@ -552,7 +552,7 @@ class LazyLog(EventLog):
         return self._events[-1].seq if self._events else self._base
 
     def _ensure(self) -> None:
-        with FILL_LOCK:
+        with FILL_LOCK, gc_paused():  # the whole prefix decoded: acyclic objects
             load = self._prefix
             if load is None:
                 return

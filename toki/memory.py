@@ -526,9 +526,10 @@ class Memory:
         """Fold events the store sequenced since our watermark; returns how many."""
         n = 0
         if self._store.last_seq() > self._log.last_seq:
-            for event in self._store.load(self._log.last_seq):
-                self._fold(event)
-                n += 1
+            with gc_paused():  # possibly another process's thousands of events
+                for event in self._store.load(self._log.last_seq):
+                    self._fold(event)
+                    n += 1
         return n
 
     def refresh(self) -> int:
