@@ -247,6 +247,8 @@ class Controller:
         future: asyncio.Future[Any] = loop.create_future()
         slot = _Slot(point, loop, future)
         with self._cond:
+            if _GENERATION.get() != self._generation:
+                raise Abandoned()  # reset since the check above: park in no later run
             self._slots.setdefault(agent, {})[task] = slot
         self._watch(agent, loop)
         reply = await future
