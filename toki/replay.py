@@ -352,9 +352,14 @@ class KeyState:
 
     def live_closings(self, vid: str, as_of: datetime | None = None) -> list[Closing]:
         """Supersessions of `vid` known by `as_of` that still stand (not voided by revokes)."""
+        closings = self.closings.get(vid)
+        if not closings:
+            return []
+        if not self.revoked:  # the common case, asked per version by every build and hash
+            return [c for c in closings if c.new_ids and _known(c.recorded_at, as_of)]
         return [
             c
-            for c in self.closings.get(vid, ())
+            for c in closings
             if _known(c.recorded_at, as_of)
             and not all(self.is_revoked(n, as_of) for n in c.new_ids)
         ]
