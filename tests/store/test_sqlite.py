@@ -185,7 +185,6 @@ def test_an_unreadable_event_row_is_an_integrity_error_naming_its_seq(tmp_path: 
         Memory.open(f"sqlite:///{path}")
 
 
-
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(
     st.lists(st.text()),
