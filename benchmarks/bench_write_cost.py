@@ -8,7 +8,9 @@ statements, one transaction per write, into a fresh file of the same schema with
 PRAGMAs (read back from toki's connection). Both sides must leave the same rows in every
 table, so the ratio compares like with like. It is measured at toki's `synchronous=FULL`
 (the issue's number) and, for both sides alike, at `synchronous=OFF` (benchmark only: the
-fsync removed, what is left is per-write Python and SQL work).
+fsync removed, what is left is per-write Python and SQL work). The same writes are also timed
+on the in-memory store (`memory://`: no SQL, no file), the write path's planning and folding
+alone: a floor under toki's own time per write on any backend.
 
 Writes benchmarks/results/write_cost.json (full run only).
 
@@ -134,6 +136,34 @@ def run_toki(path: Path, writes: list[Write], sync: str) -> float:
     seconds = time.perf_counter() - t0
     mem.close()
     return seconds
+
+
+def run_memory(writes: list[Write]) -> tuple[float, str]:
+    """Seconds for toki to make the writes on the in-memory store (the plan, the events and
+    their hashes, the projection rows and the fold, without SQL), and the state they left."""
+    mem = Memory.open("memory://")
+    t0 = time.perf_counter()
+    for w in writes:
+        _assert(mem, w)
+    seconds = time.perf_counter() - t0
+    state = mem.state_hash()
+    mem.close()
+    return seconds, state
+
+
+def memory_floor(writes: list[Write], rounds: int, sqlite_file: Path) -> dict[str, Any]:
+    """Best of `rounds` runs on memory://; each must leave the state toki left in
+    `sqlite_file` (the same writes), so the floor runs the same write path."""
+    expected = Memory.open(f"sqlite:///{sqlite_file}")
+    try:
+        want = expected.state_hash()
+    finally:
+        expected.close()
+    runs = [run_memory(writes) for _ in range(rounds)]
+    if any(state != want for _, state in runs):
+        raise AssertionError("memory:// ended in another state than SQLite for the same writes")
+    seconds = [s for s, _ in runs]
+    return {"us_per_write": 1e6 * min(seconds) / len(writes), "round_s": seconds}
 
 
 def fresh_schema(path: Path) -> None:
@@ -267,6 +297,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"  synchronous={sync}: toki {m['toki_writes_per_s']:,.0f} writes/s, sqlite3 "
                   f"{m['sqlite3_writes_per_s']:,.0f} writes/s, ratio {m['ratio']:.2f}, "
                   f"{m['statements']['per_write_mean']:.2f} statements/write")
+        results["memory"] = memory_floor(writes, args.rounds, Path(tmp) / "record-FULL.db")
+        print(f"  memory://: {results['memory']['us_per_write']:.0f} µs/write (no SQL)")
         print("  statements:", json.dumps(results["full"]["statements"], indent=2))
         if args.profile:
             results["profile_us_per_write_off"] = prof = profile(writes, Path(tmp), "OFF")

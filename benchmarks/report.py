@@ -466,6 +466,11 @@ def _rows_write_cost(d: dict[str, Any] | None) -> list[Row]:
         "write cost", "toki's own time per write at synchronous=FULL (toki less sqlite3 running "
         "its statements) / what a ratio of 0.7 leaves for it (sqlite3's time / 0.7 less it)",
         f"{own:.0f} / {budget:.0f} µs", "—", "— (the same run)"))
+    if "memory" in d:  # results before the floor was measured lack it
+        out.append(Row(
+            "write cost", "the same writes on the in-memory store (memory://: planning, events, "
+            "hashes, projection rows and fold, no SQL): a floor under toki's own time per write",
+            f"{d['memory']['us_per_write']:.0f} µs", "—", "— (the same run)"))
     st = full["statements"]
     counts = ", ".join(f"{n} in {fmt(w)} writes" for n, w in sorted(
         st["per_write_histogram"].items(), key=lambda item: int(item[0])))

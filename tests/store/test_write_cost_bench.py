@@ -13,6 +13,7 @@ from benchmarks.bench_write_cost import (
     contents,
     make_writes,
     measure,
+    memory_floor,
     record,
     replay,
     statement_counts,
@@ -59,3 +60,15 @@ def test_the_recorder_lets_no_statement_past_unrecorded() -> None:
         with pytest.raises(AttributeError, match="does not record"):
             getattr(rec, name)
     conn.close()
+
+
+def test_the_memory_floor_runs_the_same_writes_to_the_same_state(tmp_path: Path) -> None:
+    """The floor under toki's own time is the same write path without SQL: it must end in the
+    state the SQLite run ended in, and a run of other writes must be caught."""
+    writes = make_writes(30, 6, seed=37)
+    record(tmp_path / "toki.db", writes)
+    floor = memory_floor(writes, 2, tmp_path / "toki.db")
+    assert len(floor["round_s"]) == 2 and floor["us_per_write"] > 0
+    record(tmp_path / "fewer.db", writes[:-1])
+    with pytest.raises(AssertionError, match="another state"):
+        memory_floor(writes, 1, tmp_path / "fewer.db")
