@@ -296,9 +296,6 @@ def lazy_event(
     return event
 
 
-_KINDS = {kind.value: kind for kind in EventKind}
-
-
 class EventLog:
     """Assigns sequence numbers and refuses duplicates; holds events in sequence order."""
 
