@@ -24,6 +24,10 @@ beside the exponent, so a stale entry shows):
 - check: `benchmarks/results/toki_check.json` (bench_history --toki-check: `toki check` end
   to end on list-append histories).
 
+Beside the table, not a target: after the writes, one full pass of CPython's cyclic garbage
+collector with every key of the n-event store built (`full_collection`): the pause a
+long-lived process holding the store meets now and then.
+
 Writes benchmarks/results/scale.json.
 
     python -m benchmarks.bench_scale            # 10^3 … 10^6
@@ -33,6 +37,7 @@ Writes benchmarks/results/scale.json.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import tempfile
 import time
@@ -93,8 +98,22 @@ def write_seconds(n: int) -> dict[str, float]:
 
         cold = writes(0)  # each key's first use after open: its state is built from its rows
         warm = writes(WRITES)  # the same keys again
+        pause = full_collection(mem)
         mem.close()
-    return {"per_write_s": warm, "first_write_s": cold, "first_open_s": first_open}
+    return {"per_write_s": warm, "first_write_s": cold, "first_open_s": first_open, **pause}
+
+
+def full_collection(mem: Memory) -> dict[str, float]:
+    """What one full pass of CPython's cyclic garbage collector costs a process that holds
+    `mem` with every key built (a long-lived writer that has used every key): the pass
+    scans every tracked object, and CPython makes one each time the objects that survived
+    two younger passes grow by a quarter, so its cost per write stays flat while each pause
+    grows with the store. Counted with the process's own objects (imports, the benchmark)."""
+    mem.state_hash()  # builds every key still unbuilt
+    gc.collect()  # the garbage of the build and the writes, so the timed pass scans the live
+    t0 = time.perf_counter()
+    gc.collect()
+    return {"gc_full_pass_s": time.perf_counter() - t0, "gc_tracked": len(gc.get_objects())}
 
 
 def _from_file(name: str) -> dict[str, Any] | None:
@@ -163,8 +182,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         row["meets_target"] = whole <= TARGET
         print(f"{row['job']:52s} exponent {row['exponent']:+.3f} "
               f"(whole job {whole:.3f}, target <= {TARGET}) [{row['source']}]")
+    pauses = [w["gc_full_pass_s"] for w in writes]
+    gc_pass = {"n": ns, "seconds": pauses, "tracked": [w["gc_tracked"] for w in writes],
+               "exponent": growth_exponent(ns, pauses)}
+    print(f"full GC pass, every key built: {pauses} s, exponent {gc_pass['exponent']:+.3f}")
     out = {"machine": machine_info(), "quick": args.quick, "target": TARGET,
-           "first_open_s": [w["first_open_s"] for w in writes], "rows": rows}
+           "first_open_s": [w["first_open_s"] for w in writes], "rows": rows,
+           "gc_full_pass": gc_pass}
     if not args.quick:
         write_results("scale", out)
     return out

@@ -504,6 +504,15 @@ def _rows_scale(d: dict[str, Any] | None) -> list[Row]:
             + ", ".join(fmt(n) for n in r["n"]) + f"; fitted exponent [{r['source']}]",
             ", ".join(fmt(x) for x in r["seconds"]) + f"; {r['exponent']:+.2f}",
             f"job <= {d['target']}" + ("" if r["meets_target"] else " (not met)"), "—"))
+    g = d.get("gc_full_pass")
+    if g:  # results before it was measured lack it
+        out.append(Row(
+            "growth", "one full pass of CPython's cyclic GC in a process holding the store with "
+            "every key built (a long-lived writer meets one each time its surviving objects "
+            "grow by a quarter): seconds at n = " + ", ".join(fmt(n) for n in g["n"])
+            + "; objects the GC tracks; fitted exponent [this run]",
+            ", ".join(fmt(x) for x in g["seconds"]) + "; "
+            + ", ".join(fmt(x) for x in g["tracked"]) + f"; {g['exponent']:+.2f}", "—", "—"))
     return out
 
 
