@@ -503,7 +503,8 @@ def _rows_scale(d: dict[str, Any] | None) -> list[Row]:
             "growth", f"{r['job']}{per}: seconds at n = "
             + ", ".join(fmt(n) for n in r["n"]) + f"; fitted exponent [{r['source']}]",
             ", ".join(fmt(x) for x in r["seconds"]) + f"; {r['exponent']:+.2f}",
-            f"job <= {d['target']}" + ("" if r["meets_target"] else " (not met)"), "—"))
+            "— (a part of the write)" if r.get("part")
+            else f"job <= {d['target']}" + ("" if r["meets_target"] else " (not met)"), "—"))
     g = d.get("gc_full_pass")
     if g:  # results before it was measured lack it
         out.append(Row(

@@ -37,3 +37,34 @@ def test_the_gc_pass_is_timed_with_every_key_built(tmp_path: Path) -> None:
     finally:
         small.close()
         large.close()
+
+
+def test_a_store_writes_the_same_through_the_timed_connection(tmp_path: Path) -> None:
+    """The SQL timer stands in for the connection without changing what toki does: the same
+    writes leave the same state, and the time it counts is part of the writes' time."""
+    from datetime import timedelta
+
+    from benchmarks.bench_core import BASE
+    from benchmarks.bench_scale import TimedConnection
+    from toki.model import FactKey
+
+    hashes, counted = [], 0.0
+    for name in ("plain.db", "timed.db"):
+        mem = _opened(tmp_path / name, 300)
+        store = mem._store
+        assert isinstance(store, SQLiteStore)
+        timed = TimedConnection(store._conn) if name == "timed.db" else None
+        if timed is not None:
+            store._conn = timed  # type: ignore[assignment]
+        for i in range(30):
+            mem.assert_fact(FactKey("bench", f"s{i % 7}", "city"), f"c{i}",
+                            valid_from=BASE + timedelta(days=i),
+                            recorded_at=BASE + timedelta(days=10**5, seconds=i), source_id="t")
+        mem.checkpoint()  # a statement that reads the rows back too
+        if timed is not None:
+            counted = timed.seconds
+            store._conn = timed.conn
+        hashes.append(mem.state_hash())
+        mem.close()
+    assert hashes[0] == hashes[1]
+    assert counted > 0
