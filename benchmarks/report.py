@@ -42,6 +42,7 @@ SOURCES = {
     "integrity": "python -m benchmarks.bench_integrity",
     "consumption": "python -m benchmarks.bench_consumption",
     "write_cost": "python -m benchmarks.bench_write_cost",
+    "write_cost_pg": "python -m benchmarks.bench_write_cost_pg",
     "open": "python -m benchmarks.bench_open",
     "scale": "python -m benchmarks.bench_scale",
 }
@@ -488,6 +489,21 @@ def _rows_write_cost(d: dict[str, Any] | None) -> list[Row]:
     return out
 
 
+def _rows_write_cost_pg(d: dict[str, Any] | None) -> list[Row]:
+    """Per write on PostgreSQL: Memory.assert_fact against psycopg sending the commands toki
+    sent, in the same run (issue #37)."""
+    if d is None:
+        return [Row("write cost", "assert_fact on PostgreSQL vs psycopg, same commands",
+                    missing("write_cost_pg"), "—", "—")]
+    return [Row(
+        "write cost", f"assert_fact on PostgreSQL, {fmt(d['writes'])} writes over "
+        f"{fmt(d['keys'])} keys: toki / psycopg sending the same commands "
+        f"({d['commands']['per_write_mean']:.1f} per write: the head rows, the write and its "
+        "COPY, the sequencing, the catch-up); ratio",
+        f"{fmt(d['toki_writes_per_s'])} / {fmt(d['psycopg_writes_per_s'], 'writes/s')}; "
+        f"{d['ratio']:.2f}", "—", f"— ({d['server']}, same run)")]
+
+
 def _rows_scale(d: dict[str, Any] | None) -> list[Row]:
     """The growth table: open, write, replay and check from 10^3 to 10^6 (issue #37)."""
     if d is None:
@@ -524,6 +540,7 @@ def rows(results: dict[str, dict[str, Any] | None]) -> list[Row]:
                "growth": _rows_growth,
                "writers": _rows_writers, "integrity": _rows_integrity,
                "consumption": _rows_consumption, "write_cost": _rows_write_cost,
+               "write_cost_pg": _rows_write_cost_pg,
                "open": _rows_open, "scale": _rows_scale}
     out: list[Row] = []
     for name, data in results.items():

@@ -22,6 +22,7 @@ SCRIPTS = [
     "benchmarks.bench_consumption",
     "benchmarks.bench_show",
     "benchmarks.bench_write_cost",
+    "benchmarks.bench_write_cost_pg",  # $TOKI_PG_DSN; skipped when unreachable
     "benchmarks.bench_open",
     "benchmarks.bench_scale",  # after bench_open and bench_history: it reads their results
 ]

@@ -72,3 +72,28 @@ def test_the_memory_floor_runs_the_same_writes_to_the_same_state(tmp_path: Path)
     record(tmp_path / "fewer.db", writes[:-1])
     with pytest.raises(AssertionError, match="another state"):
         memory_floor(writes, 1, tmp_path / "fewer.db")
+
+
+def test_postgresql_replayed_commands_write_the_same_rows(pg_dsn: str) -> None:
+    """bench_write_cost_pg compares like with like: psycopg sending the commands recorded from
+    toki (the head rows, the write, its COPY, the sequencing, the catch-up) leaves exactly
+    the rows toki left; toki again leaves them too but for its random operation ids; and a
+    replay that leaves one write out is caught."""
+    from benchmarks.bench_write_cost_pg import _drop, contents, record, replay, run_toki
+
+    writes = make_writes(12, 4, seed=37)
+    per_write, recorded = record(pg_dsn, writes)
+    schemas = [recorded]
+    try:
+        assert all(any(how == "copy" for how, _, _ in cmds) for cmds in per_write)
+        _, again = replay(pg_dsn, per_write)
+        _, toki = run_toki(pg_dsn, writes)
+        _, fewer = replay(pg_dsn, per_write[:-1])
+        schemas += [again, toki, fewer]
+        assert contents(pg_dsn, again) == contents(pg_dsn, recorded)
+        assert contents(pg_dsn, toki) != contents(pg_dsn, recorded)  # the op ids differ
+        assert contents(pg_dsn, toki, op_ids=False) == contents(pg_dsn, recorded, op_ids=False)
+        assert contents(pg_dsn, fewer) != contents(pg_dsn, recorded)
+    finally:
+        for schema in schemas:
+            _drop(pg_dsn, schema)

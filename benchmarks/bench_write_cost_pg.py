@@ -1,0 +1,233 @@
+"""Per-write cost on PostgreSQL: `Memory.assert_fact` against psycopg running the same
+statements (issue #37: "measure against sqlite3 (and psycopg) executing the same statements
+and rows in the same run"; the SQLite half is `bench_write_cost`).
+
+A PostgreSQL write is more than one transaction: the key's head row made up front
+(autocommit), the write itself (BEGIN ISOLATION LEVEL … COMMIT, a COPY of its pending rows
+included), the sequencing after the commit (its own transaction) and the catch-up read. One
+run records every command psycopg sends for each write — cursor statements with their
+parameters, the rows of each COPY, and the BEGIN/COMMIT/ROLLBACK psycopg's own transaction
+blocks issue — then times, in alternating rounds, toki making the same writes into a fresh
+schema and a raw psycopg connection (autocommit, toki's session settings) sending exactly the
+recorded commands, in order, into a fresh schema of the same migrations. Both schemas must
+end with the same rows in every table.
+
+Writes benchmarks/results/write_cost_pg.json ($TOKI_PG_DSN, default the local test database).
+
+    python -m benchmarks.bench_write_cost_pg            # 1,000 writes over 250 keys, best of 3
+    python -m benchmarks.bench_write_cost_pg --quick    # 100 writes, writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from benchmarks.bench_write_cost import SEED, Write, _assert, make_writes
+from benchmarks.common import machine_info, write_results
+from toki.memory import Memory
+from toki.store.pg_rows import with_schema
+from toki.store.postgres import PostgresStore, default_dsn, mask_dsn
+
+Command = tuple[str, Any, Any]  # (execute | executemany | copy | command, query, params/rows)
+
+
+@contextmanager
+def recording(log: list[Command]) -> Iterator[None]:
+    """Record every command any psycopg connection of this process sends while inside."""
+    cursor, base = psycopg.Cursor, psycopg.BaseConnection
+    saved = (cursor.execute, cursor.executemany, cursor.copy, base._exec_command)
+    execute, executemany, copy, exec_command = saved
+
+    def rec_execute(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        log.append(("execute", query, params))
+        return execute(self, query, params, **kw)
+
+    def rec_executemany(self: Any, query: Any, params_seq: Any, **kw: Any) -> Any:
+        rows = list(params_seq)
+        log.append(("executemany", query, rows))
+        return executemany(self, query, rows, **kw)
+
+    @contextmanager
+    def rec_copy(self: Any, statement: Any, params: Any = None, **kw: Any) -> Iterator[Any]:
+        rows: list[Any] = []
+        log.append(("copy", statement, rows))
+        with copy(self, statement, params, **kw) as cp:
+            write_row = cp.write_row
+            cp.write_row = lambda row: (rows.append(tuple(row)), write_row(row))[1]
+            yield cp
+
+    def rec_command(self: Any, command: Any, *args: Any, **kw: Any) -> Any:
+        log.append(("command", command, None))
+        return exec_command(self, command, *args, **kw)
+
+    cursor.execute, cursor.executemany = rec_execute, rec_executemany  # type: ignore[method-assign]
+    cursor.copy = rec_copy  # type: ignore[assignment]
+    base._exec_command = rec_command  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cursor.execute, cursor.executemany, cursor.copy, base._exec_command = saved  # type: ignore[method-assign]
+
+
+def _schema() -> str:
+    return f"toki_wcost_{uuid.uuid4().hex[:12]}"
+
+
+def _drop(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
+
+
+def record(dsn: str, writes: list[Write]) -> tuple[list[list[Command]], str]:
+    """The commands toki sends for each write (one list per write), and the schema it wrote."""
+    schema = _schema()
+    mem = Memory.open(with_schema(dsn, schema))
+    per_write: list[list[Command]] = []
+    for w in writes:
+        log: list[Command] = []
+        with recording(log):
+            _assert(mem, w)
+        per_write.append(log)
+    mem.close()
+    return per_write, schema
+
+
+def run_toki(dsn: str, writes: list[Write]) -> tuple[float, str]:
+    """Seconds for toki to make the writes into a fresh schema (opening it is not timed)."""
+    schema = _schema()
+    mem = Memory.open(with_schema(dsn, schema))
+    t0 = time.perf_counter()
+    for w in writes:
+        _assert(mem, w)
+    seconds = time.perf_counter() - t0
+    mem.close()
+    return seconds, schema
+
+
+def replay(dsn: str, per_write: list[list[Command]]) -> tuple[float, str]:
+    """Seconds for a raw psycopg connection to send the recorded commands, write by write,
+    into a fresh schema of toki's migrations, with toki's session settings."""
+    schema = _schema()
+    PostgresStore(dsn, schema=schema).close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET TIME ZONE 'UTC'")
+        conn.execute("SET default_transaction_isolation TO 'read committed'")
+        conn.execute(f'SET search_path TO "{schema}", public'.encode())
+        cur = conn.cursor()
+        t0 = time.perf_counter()
+        for commands in per_write:
+            for how, query, params in commands:
+                if how == "execute":
+                    cur.execute(query, params)
+                elif how == "executemany":
+                    cur.executemany(query, params)
+                elif how == "copy":
+                    with cur.copy(query) as cp:
+                        for row in params:
+                            cp.write_row(row)
+                else:
+                    conn.execute(query)
+        seconds = time.perf_counter() - t0
+    return seconds, schema
+
+
+def contents(dsn: str, schema: str, *, op_ids: bool = True) -> dict[str, list[str]]:
+    """Every row of every table in `schema`, as sorted text: what both sides must have.
+
+    op_ids=False leaves out toki_op's ids, keeping each operation's outcome: toki draws a
+    fresh random id per write on PostgreSQL, so two toki runs differ there and only there
+    (the replay sends the recorded ids, so it is compared with them)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+            "ORDER BY table_name", (schema,)).fetchall()]
+        out = {}
+        for t in tables:
+            rows = conn.execute(f'SELECT * FROM "{schema}"."{t}"'.encode()).fetchall()
+            if t == "toki_op" and not op_ids:
+                rows = [row[1:] for row in rows]
+            out[t] = sorted(repr(row) for row in rows)
+        return out
+
+
+def command_counts(per_write: list[list[Command]]) -> dict[str, Any]:
+    """Commands per write, and how often each command text ran."""
+    def text(query: Any) -> str:
+        raw = query.decode() if isinstance(query, bytes) else str(query)
+        return " ".join(raw.split())[:90]
+
+    counts = Counter(text(q) for cmds in per_write for _, q, _ in cmds)
+    return {"per_write_mean": sum(map(len, per_write)) / len(per_write),
+            "by_command": dict(counts.most_common())}
+
+
+def measure(dsn: str, writes: list[Write], rounds: int) -> dict[str, Any]:
+    """Best of `rounds` alternating toki / psycopg runs, each into a fresh schema; every run
+    must leave the rows the recorded one left."""
+    per_write, recorded = record(dsn, writes)
+    schemas = [recorded]
+    try:
+        expected = {ids: contents(dsn, recorded, op_ids=ids) for ids in (True, False)}
+        toki_s, raw_s = [], []
+        for r in range(rounds):
+            for side, run, out, ids in (
+                ("toki", lambda: run_toki(dsn, writes), toki_s, False),
+                ("psycopg", lambda: replay(dsn, per_write), raw_s, True),
+            ):
+                seconds, schema = run()
+                schemas.append(schema)
+                if contents(dsn, schema, op_ids=ids) != expected[ids]:
+                    raise AssertionError(f"{side} round {r} wrote other rows than recorded")
+                out.append(seconds)
+    finally:
+        for schema in schemas:
+            _drop(dsn, schema)
+    n = len(writes)
+    return {"toki_writes_per_s": n / min(toki_s), "psycopg_writes_per_s": n / min(raw_s),
+            "ratio": min(raw_s) / min(toki_s), "toki_us_per_write": 1e6 * min(toki_s) / n,
+            "psycopg_us_per_write": 1e6 * min(raw_s) / n, "toki_round_s": toki_s,
+            "psycopg_round_s": raw_s, "commands": command_counts(per_write)}
+
+
+def server_version(dsn: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT version()").fetchone()
+    return str(row[0]).split(" on ")[0] if row else "?"
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    dsn = default_dsn()
+    try:
+        psycopg.connect(dsn, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        print(f"PostgreSQL write cost: skipped, {mask_dsn(dsn)} is unreachable ({exc})")
+        return {}
+    n = 100 if args.quick else 1_000
+    keys = max(1, n // 4)
+    print(f"PostgreSQL write cost: {n} assert_fact calls over {keys} keys, seed {SEED}, "
+          f"best of {args.rounds}")
+    m = measure(dsn, make_writes(n, keys), args.rounds)
+    print(f"  toki {m['toki_writes_per_s']:,.0f} writes/s, psycopg {m['psycopg_writes_per_s']:,.0f}"
+          f" writes/s, ratio {m['ratio']:.2f}, {m['commands']['per_write_mean']:.2f} commands/write")
+    results = {"machine": machine_info(), "server": server_version(dsn), "writes": n,
+               "keys": keys, "seed": SEED, "rounds": args.rounds, **m}
+    if not args.quick:
+        write_results("write_cost_pg", results)
+    return results
+
+
+
+if __name__ == "__main__":
+    main()
