@@ -14,8 +14,11 @@ end with the same rows in every table.
 
 Writes benchmarks/results/write_cost_pg.json ($TOKI_PG_DSN, default the local test database).
 
+Beside it, the hot key on PostgreSQL (`hot_key`): ms per write on one supersede chain of
+2,000 writes, per window of 250, as the key grows.
+
     python -m benchmarks.bench_write_cost_pg            # 1,000 writes over 250 keys, best of 3
-    python -m benchmarks.bench_write_cost_pg --quick    # 100 writes, writes nothing
+    python -m benchmarks.bench_write_cost_pg --quick    # 100 writes (hot key 400), writes nothing
 """
 
 from __future__ import annotations
@@ -26,13 +29,16 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
 import psycopg
 
-from benchmarks.bench_write_cost import SEED, Write, _assert, make_writes
+from benchmarks.bench_write_cost import BASE, SEED, Write, _assert, make_writes
 from benchmarks.common import machine_info, write_results
 from toki.memory import Memory
+from toki.model import FactKey
 from toki.store.pg_rows import with_schema
 from toki.store.postgres import PostgresStore, default_dsn, mask_dsn
 
@@ -197,6 +203,30 @@ def measure(dsn: str, writes: list[Write], rounds: int) -> dict[str, Any]:
             "psycopg_round_s": raw_s, "commands": command_counts(per_write)}
 
 
+def hot_key(dsn: str, n: int, window: int) -> dict[str, Any]:
+    """ms per write through Memory.supersede on one supersede chain of n writes on PostgreSQL,
+    per window of `window` writes as the key grows (bench_core's hot-key job, which runs on
+    the in-memory store; issue #37 asks the last window's rate >= 0.7 of the first's)."""
+    schema = _schema()
+    mem = Memory.open(with_schema(dsn, schema), clock=lambda: BASE)
+    try:
+        key = FactKey("bench", "hot", "city")
+        prev = mem.assert_fact(key, "v0", valid_from=BASE, recorded_at=BASE, source_id="s0")
+        marks = [time.perf_counter()]
+        for i in range(1, n + 1):
+            at = BASE + timedelta(seconds=i)
+            prev = mem.supersede(prev, f"v{i}", valid_from=at, recorded_at=at, source_id=f"s{i}")
+            if i % window == 0:
+                marks.append(time.perf_counter())
+        events = len(mem.events())
+    finally:
+        mem.close()
+        _drop(dsn, schema)
+    ms = [1e3 * (b - a) / window for a, b in pairwise(marks)]
+    return {"writes": n, "window": window, "events": events, "ms_per_write_by_window": ms,
+            "last_to_first": ms[0] / ms[-1]}
+
+
 def server_version(dsn: str) -> str:
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT version()").fetchone()
@@ -219,6 +249,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"PostgreSQL write cost: {n} assert_fact calls over {keys} keys, seed {SEED}, "
           f"best of {args.rounds}")
     m = measure(dsn, make_writes(n, keys), args.rounds)
+    m["hot_key"] = hot = hot_key(dsn, 400 if args.quick else 2_000, 100 if args.quick else 250)
+    print(f"  one hot key: {hot['ms_per_write_by_window'][0]:.1f} ms per write in the first "
+          f"{hot['window']} writes, {hot['ms_per_write_by_window'][-1]:.1f} ms in the last; "
+          f"rate last / first {hot['last_to_first']:.2f}")
     print(f"  toki {m['toki_writes_per_s']:,.0f} writes/s, psycopg {m['psycopg_writes_per_s']:,.0f}"
           f" writes/s, ratio {m['ratio']:.2f}, {m['commands']['per_write_mean']:.2f} commands/write")
     results = {"machine": machine_info(), "server": server_version(dsn), "writes": n,

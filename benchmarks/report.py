@@ -501,7 +501,21 @@ def _rows_write_cost_pg(d: dict[str, Any] | None) -> list[Row]:
         f"({d['commands']['per_write_mean']:.1f} per write: the head rows, the write and its "
         "COPY, the sequencing, the catch-up); ratio",
         f"{fmt(d['toki_writes_per_s'])} / {fmt(d['psycopg_writes_per_s'], 'writes/s')}; "
-        f"{d['ratio']:.2f}", "—", f"— ({d['server']}, same run)")]
+        f"{d['ratio']:.2f}", "—", f"— ({d['server']}, same run)"), *_rows_pg_hot_key(d)]
+
+
+def _rows_pg_hot_key(d: dict[str, Any]) -> list[Row]:
+    hot = d.get("hot_key")
+    if not hot:  # results before it was measured lack it
+        return []
+    ms = hot["ms_per_write_by_window"]
+    return [Row(
+        "write cost", f"PostgreSQL, one hot key ({fmt(hot['writes'])} supersedes on one key): "
+        f"ms per write in the first / last {fmt(hot['window'])} writes; rate last / first (a "
+        "write reads and decodes all of its key's events)",
+        f"{fmt(ms[0])} / {fmt(ms[-1])} ms; {hot['last_to_first']:.2f}",
+        ">= 0.7 (the hot-key target, met in memory)"
+        + ("" if hot["last_to_first"] >= 0.7 else " (not met)"), "—")]
 
 
 def _rows_scale(d: dict[str, Any] | None) -> list[Row]:
