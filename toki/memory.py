@@ -565,11 +565,15 @@ class Memory:
         statements (`toki.store.sim`), every statement is yielded to the agent driving this
         write; on every other store it yields nothing (`drive` runs it)."""
         made: list[Event] = []
+        known: dict[FactKey, int] | None = None
 
         def plan(
             partition: Sequence[Event], base_seq: int
         ) -> tuple[list[Event], dict[FactKey, KeySummary]]:
-            part = Partition(wanted, partition, base_seq)
+            if known is not None and not partition:  # nothing after what we hold (`known`)
+                part = Partition.of_snapshot(wanted, self._snapshot, base_seq)
+            else:
+                part = Partition(wanted, partition, base_seq)
             events = build(part)
             made[:] = events
             return events, (part.fold(events) if events else {})
@@ -578,7 +582,13 @@ class Memory:
         op = op if op is not None else operation_for(self._store)  # issue #36 (toki.ops)
         with self._writer:
             if self._concurrent:
-                retries = yield from transact_steps(self._store, wanted, level, plan, op)
+                if getattr(self._store, "reads_after_known", False):
+                    # the keys' events this Memory folded: a key's per-key seqs are dense and
+                    # sequenced in order, so a folded prefix is what the store holds up to it;
+                    # the store reads only what came after (a hot key rereads nothing)
+                    states = self._snapshot.keys
+                    known = {k: states[k].last_key_seq if k in states else 0 for k in wanted}
+                retries = yield from transact_steps(self._store, wanted, level, plan, op, known)
                 self._retries += retries
                 if made and not (op and op.replayed):
                     self._writes += 1

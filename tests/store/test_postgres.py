@@ -459,3 +459,48 @@ def test_a_hold_is_found_by_its_token_through_an_index(pg_store: Callable[..., A
     assert store.hold_key("k42", 41) is None  # after upto
     assert store.hold_key("k43", n) is None  # a DECISION of that token, not a HOLD
     assert store.hold_key("nope", n) is None
+
+
+def _partition_reads(store: PostgresStore, into: list[tuple[bool, int]]) -> None:
+    """Record each partition read of `store`: (after known positions?, events it returned)."""
+    read = store._read_partition
+
+    def recorded(cur: Any, keys: Any, after: Any = None) -> Any:
+        events = read(cur, keys, after)
+        into.append((after is not None, len(events)))
+        return events
+
+    store._read_partition = recorded  # type: ignore[method-assign]
+
+
+def test_a_hot_key_write_rereads_only_what_came_after_what_the_memory_holds(
+    pg_store: StoreFactory,
+) -> None:
+    """A write plans from the key's state this Memory folded when nothing came after it in
+    the store (issue #37: a hot key on PostgreSQL re-read and decoded its whole history on
+    every write); when another writer's events did come after, it reads the whole partition
+    again, and the decisions are those of a fresh read either way."""
+    schema = pg_store().schema
+    hot, other = Memory(pg_store(schema)), Memory(pg_store(schema))
+    prev = hot.assert_fact(K, "v0", recorded_at="2026-01-01T00:00:00Z", source_id="s")
+    for i in range(1, 12):
+        prev = hot.supersede(prev, f"v{i}", valid_from=f"2026-01-{i + 1:02d}T00:00:00Z",
+                             recorded_at=f"2026-02-01T00:00:{i:02d}Z", source_id="s")
+    reads: list[tuple[bool, int]] = []
+    assert isinstance(hot._store, PostgresStore)
+    _partition_reads(hot._store, reads)
+    prev = hot.supersede(prev, "v12", valid_from="2026-01-20T00:00:00Z",
+                         recorded_at="2026-02-01T00:01:00Z", source_id="s")
+    assert reads == [(True, 0)]  # only the events after the 23 it holds: none
+    other.refresh()
+    other.assert_fact(K, "rival", valid_from="2026-01-25T00:00:00Z",
+                      recorded_at="2026-02-01T00:02:00Z", source_id="o")
+    in_store = len(other.events())
+    reads.clear()
+    hot.assert_fact(K, "third", valid_from="2026-01-28T00:00:00Z",
+                    recorded_at="2026-02-01T00:03:00Z", source_id="h")
+    assert reads[0][0] and reads[0][1] > 0  # the rival's events came after what it held
+    assert reads[1] == (False, in_store)  # so the whole partition, as before
+    fresh = Memory(pg_store(schema))
+    assert fresh.state_hash() == hot.state_hash()
+    assert fresh.open_conflicts(K) == hot.open_conflicts(K) != []

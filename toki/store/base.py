@@ -130,12 +130,18 @@ def transact_steps(
     level: Isolation,
     plan: Plan,
     op: Operation | None = None,
+    known: Mapping[FactKey, int] | None = None,
 ) -> Steps[int]:
     """`store.transact(keys, level, plan)`, or its statements one by one when the store's
     shell is a generator (`transact_steps`: the simulator's store); returns the retries.
-    op: the write's operation id, for a store that keeps them (PostgreSQL)."""
+    op: the write's operation id, for a store that keeps them (PostgreSQL).
+    known: per key, the per-key position the caller holds folded, for a store that reads
+    only what came after it (`reads_after_known`: PostgreSQL); `plan` then gets an empty
+    partition when nothing did, and must plan from what it holds."""
     steps = getattr(store, "transact_steps", None)
     if steps is None:
+        if known is not None and getattr(store, "reads_after_known", False):
+            return store.transact(keys, level, plan, op, known)  # type: ignore[call-arg]
         if op is not None and hasattr(store, "op_result"):
             return store.transact(keys, level, plan, op)  # type: ignore[call-arg]
         return store.transact(keys, level, plan)

@@ -124,6 +124,9 @@ class PostgresStore:
     """
 
     concurrent = True
+    reads_after_known = True
+    """`transact` takes `known` (toki.store.base.transact_steps): a key's events up to a known
+    per-key position are read only when something came after it."""
 
     def __init__(self, url: str, *, schema: str | None = None, existing: bool = False) -> None:
         """existing: open only a toki store that is there, creating and migrating nothing
@@ -278,7 +281,12 @@ class PostgresStore:
     COMMIT included (the fault-injection tests kill the connection there)."""
 
     def transact(
-        self, keys: frozenset[FactKey], level: Isolation, plan: Plan, op: Operation | None = None
+        self,
+        keys: frozenset[FactKey],
+        level: Isolation,
+        plan: Plan,
+        op: Operation | None = None,
+        known: Mapping[FactKey, int] | None = None,
     ) -> int:
         """Run one write at `level`; retry serialization failures, deadlocks and moved heads
         with bounded jittered backoff; sequence after commit. Returns the retries taken.
@@ -287,14 +295,19 @@ class PostgresStore:
         stored already runs no plan (op.replayed, op.result: the first run's outcome). If the
         connection is lost, the outcome is looked up by the op id before anything is
         reported: committed is success, not committed a StoreError, and a lookup that cannot
-        be made OutcomeUnknown (retry with the same op id: it never stores twice)."""
+        be made OutcomeUnknown (retry with the same op id: it never stores twice).
+
+        known: per key, the per-key position up to which the caller holds the key's events
+        folded. The transaction first reads only the events after it; if there are none,
+        `plan` gets an empty partition and plans from what it holds (a hot key costs no
+        re-read of its history), else it gets the keys' whole partition, as without `known`."""
         ordered = sorted(keys, key=key_row)
         self._ensure_heads(ordered)
         retries = 0
         while True:
             try:
                 with self._lock, self._errors():
-                    wrote = self._attempt(ordered, level, plan, op)
+                    wrote = self._attempt(ordered, level, plan, op, known)
             except (*_RETRYABLE, _HeadMoved) as exc:
                 retries += 1
                 if retries > MAX_RETRIES:
@@ -351,7 +364,12 @@ class PostgresStore:
             )
 
     def _attempt(
-        self, keys: Sequence[FactKey], level: Isolation, plan: Plan, op: Operation | None
+        self,
+        keys: Sequence[FactKey],
+        level: Isolation,
+        plan: Plan,
+        op: Operation | None,
+        known: Mapping[FactKey, int] | None = None,
     ) -> bool:
         """One transaction: read the partition, plan, move heads, tick, insert, commit (an
         explicit BEGIN … COMMIT on the autocommit connection: every statement, COMMIT too,
@@ -363,7 +381,7 @@ class PostgresStore:
                 cur = cast("psycopg.Cursor[Any]", Hooked(raw, self.statement_hook))
                 self._step("begin", cur, f"BEGIN ISOLATION LEVEL {_LEVELS[level]}".encode())
                 try:
-                    done = self._write_in(cur, keys, plan, op)
+                    done = self._write_in(cur, keys, plan, op, known)
                     if done:
                         self._step("commit", cur, None)
                     cur.execute(b"COMMIT" if done else b"ROLLBACK")
@@ -382,6 +400,7 @@ class PostgresStore:
         keys: Sequence[FactKey],
         plan: Plan,
         op: Operation | None,
+        known: Mapping[FactKey, int] | None = None,
     ) -> bool:
         """The statements of one write inside its open transaction; False: nothing to commit."""
         if op is not None:
@@ -389,11 +408,15 @@ class PostgresStore:
             if row is not None:  # a retry of a committed operation: its outcome, no new write
                 op.result, op.replayed = str(row[0]), True
                 return False
-        partition = self._read_partition(cur, keys)
+        read_pos = {k: 0 for k in keys}
+        if known is not None and not self._read_partition(cur, keys, known):
+            partition: list[Event] = []  # nothing after what the caller holds: plan from it
+            read_pos.update((k, known.get(k, 0)) for k in keys)
+        else:
+            partition = self._read_partition(cur, keys)
         events, summaries = plan(partition, 0)
         if not events:
             return False
-        read_pos = {k: 0 for k in keys}
         for e in partition:
             read_pos[e.key] = max(read_pos[e.key], e.key_seq)
         new_pos: dict[FactKey, int] = {}
@@ -430,18 +453,25 @@ class PostgresStore:
         elif query is not None:
             cur.execute(query, params)
 
-    def _read_partition(self, cur: psycopg.Cursor[Any], keys: Sequence[FactKey]) -> list[Event]:
-        """The keys' events, sequenced or not, in one statement (one snapshot even at RC)."""
+    def _read_partition(
+        self,
+        cur: psycopg.Cursor[Any],
+        keys: Sequence[FactKey],
+        after: Mapping[FactKey, int] | None = None,
+    ) -> list[Event]:
+        """The keys' events, sequenced or not, in one statement (one snapshot even at RC);
+        with `after`, only each key's events after the per-key position it gives."""
         cols = [list(c) for c in zip(*(key_row(k) for k in keys), strict=True)]
+        cols.append([0 if after is None else after.get(k, 0) for k in keys])
         rows = cur.execute(
             "WITH k AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], "
-            "%s::text[]) AS k(a, b, c, d, e)) "
+            "%s::text[], %s::int8[]) AS k(a, b, c, d, e, pos)) "
             f"SELECT {EVENT_COLUMNS} FROM toki_event t JOIN k ON t.tenant = k.a "
             "AND t.subject = k.b AND t.scope_kind = k.c AND t.scope_key = k.d "
-            "AND t.fact_key = k.e UNION ALL "
+            "AND t.fact_key = k.e AND t.key_seq > k.pos UNION ALL "
             "SELECT 0, key_seq, kind, payload, payload_hash, event_id FROM toki_pending t "
             "JOIN k ON t.tenant = k.a AND t.subject = k.b AND t.scope_kind = k.c "
-            "AND t.scope_key = k.d AND t.fact_key = k.e",
+            "AND t.scope_key = k.d AND t.fact_key = k.e AND t.key_seq > k.pos",
             cols,
         ).fetchall()
         return list(events_from_rows(rows, self.url))
