@@ -511,8 +511,7 @@ def _rows_pg_hot_key(d: dict[str, Any]) -> list[Row]:
     ms = hot["ms_per_write_by_window"]
     return [Row(
         "write cost", f"PostgreSQL, one hot key ({fmt(hot['writes'])} supersedes on one key): "
-        f"ms per write in the first / last {fmt(hot['window'])} writes; rate last / first (a "
-        "write reads and decodes all of its key's events)",
+        f"ms per write in the first / last {fmt(hot['window'])} writes; rate last / first",
         f"{fmt(ms[0])} / {fmt(ms[-1])} ms; {hot['last_to_first']:.2f}",
         ">= 0.7 (the hot-key target, met in memory)"
         + ("" if hot["last_to_first"] >= 0.7 else " (not met)"), "—")]
