@@ -1,9 +1,12 @@
 """The part of the store one write reads: its keys' events, as read inside its transaction.
 
-A write decides from its partition alone (never from the Memory's cached state, which may be
-behind a concurrent writer), so the same decision code runs on every backend: the backend's
-transaction shell reads the partition, the write builds its events from it, and the shell
-appends them with the projection rows `fold` returns.
+A write decides from its partition alone, so the same decision code runs on every backend:
+the backend's transaction shell reads the partition, the write builds its events from it, and
+the shell appends them with the projection rows `fold` returns. The Memory's cached state
+stands in for the read only where the store vouches that it is the partition: a one-writer
+store under its lock, or PostgreSQL when its transaction found nothing after the per-key
+positions the Memory folded (`of_snapshot`); a cache behind a concurrent writer is never
+planned from.
 """
 
 from __future__ import annotations
