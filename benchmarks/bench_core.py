@@ -145,6 +145,21 @@ def job_replay(n: int, keys: int) -> dict[str, Any]:
     }
 
 
+def supersede_chain(mem: Any, n: int, every: int) -> list[float]:
+    """Write one supersede chain of n writes on one key of `mem` (the hot key): a claim, then
+    n - 1 supersedes of the version before. The perf_counter after the claim and after every
+    `every` writes, and after the last."""
+    key = FactKey("bench", "hot", "city")
+    prev = mem.assert_fact(key, "v0", valid_from=BASE, recorded_at=BASE, source_id="s0")
+    marks = [time.perf_counter()]
+    for i in range(1, n):
+        at = BASE + timedelta(seconds=i)
+        prev = mem.supersede(prev, f"v{i}", valid_from=at, recorded_at=at, source_id=f"s{i}")
+        if i % every == 0 or i == n - 1:
+            marks.append(time.perf_counter())
+    return marks
+
+
 def job_write_path(n: int, repeat: int = 3) -> dict[str, Any]:
     """Claims/s through Memory.supersede (validation, conflict check, events, projection) on
     one supersede chain of n writes, per window of 1,000 writes as the key grows. Issue #37:
@@ -157,14 +172,7 @@ def job_write_path(n: int, repeat: int = 3) -> dict[str, Any]:
     total = float("inf")
     for _ in range(repeat):
         mem = Memory(clock=lambda: BASE)
-        key = FactKey("bench", "hot", "city")
-        prev = mem.assert_fact(key, "v0", valid_from=BASE, recorded_at=BASE, source_id="s0")
-        marks = [time.perf_counter()]  # after every 1,000 writes: the rate as the key grows
-        for i in range(1, n):
-            at = BASE + timedelta(seconds=i)
-            prev = mem.supersede(prev, f"v{i}", valid_from=at, recorded_at=at, source_id=f"s{i}")
-            if i % 1000 == 0 or i == n - 1:
-                marks.append(time.perf_counter())
+        marks = supersede_chain(mem, n, 1000)
         total = min(total, marks[-1] - marks[0])
         sizes = [1000] * (len(marks) - 2) + [n - 1 - 1000 * (len(marks) - 2)]
         rates = [w / (b - a) for w, (a, b) in zip(sizes, pairwise(marks), strict=True)]

@@ -29,16 +29,15 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from itertools import pairwise
 from typing import Any
 
 import psycopg
 
+from benchmarks.bench_core import supersede_chain
 from benchmarks.bench_write_cost import BASE, SEED, Write, _assert, make_writes
 from benchmarks.common import machine_info, write_results
 from toki.memory import Memory
-from toki.model import FactKey
 from toki.store.pg_rows import with_schema
 from toki.store.postgres import PostgresStore, default_dsn, mask_dsn
 
@@ -210,14 +209,7 @@ def hot_key(dsn: str, n: int, window: int) -> dict[str, Any]:
     schema = _schema()
     mem = Memory.open(with_schema(dsn, schema), clock=lambda: BASE)
     try:
-        key = FactKey("bench", "hot", "city")
-        prev = mem.assert_fact(key, "v0", valid_from=BASE, recorded_at=BASE, source_id="s0")
-        marks = [time.perf_counter()]
-        for i in range(1, n + 1):
-            at = BASE + timedelta(seconds=i)
-            prev = mem.supersede(prev, f"v{i}", valid_from=at, recorded_at=at, source_id=f"s{i}")
-            if i % window == 0:
-                marks.append(time.perf_counter())
+        marks = supersede_chain(mem, n + 1, window)  # a claim, then n supersedes
         events = len(mem.events())
     finally:
         mem.close()
