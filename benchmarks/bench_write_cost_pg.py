@@ -144,23 +144,23 @@ def replay(dsn: str, per_write: list[list[Command]]) -> tuple[float, str]:
     return seconds, schema
 
 
-def contents(dsn: str, schema: str, *, op_ids: bool = True) -> dict[str, list[str]]:
-    """Every row of every table in `schema`, as sorted text: what both sides must have.
-
-    op_ids=False leaves out toki_op's ids, keeping each operation's outcome: toki draws a
-    fresh random id per write on PostgreSQL, so two toki runs differ there and only there
-    (the replay sends the recorded ids, so it is compared with them)."""
+def contents(dsn: str, schema: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table in `schema`, sorted: what both sides must have."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         tables = [r[0] for r in conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
             "ORDER BY table_name", (schema,)).fetchall()]
-        out = {}
-        for t in tables:
-            rows = conn.execute(f'SELECT * FROM "{schema}"."{t}"'.encode()).fetchall()
-            if t == "toki_op" and not op_ids:
-                rows = [row[1:] for row in rows]
-            out[t] = sorted(repr(row) for row in rows)
-        return out
+        return {t: sorted(conn.execute(f'SELECT * FROM "{schema}"."{t}"'.encode()).fetchall(),
+                          key=repr)
+                for t in tables}
+
+
+def without_op_ids(rows: dict[str, list[tuple[Any, ...]]]) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows with toki_op's ids left out, each operation's outcome kept: toki draws a fresh
+    random id per write on PostgreSQL, so two toki runs differ there and only there (the
+    replay sends the recorded ids, so it is compared with them)."""
+    return {t: sorted((row[1:] for row in table), key=repr) if t == "toki_op" else table
+            for t, table in rows.items()}
 
 
 def command_counts(per_write: list[list[Command]]) -> dict[str, Any]:
@@ -180,7 +180,8 @@ def measure(dsn: str, writes: list[Write], rounds: int) -> dict[str, Any]:
     per_write, recorded = record(dsn, writes)
     schemas = [recorded]
     try:
-        expected = {ids: contents(dsn, recorded, op_ids=ids) for ids in (True, False)}
+        with_ids = contents(dsn, recorded)
+        expected = {True: with_ids, False: without_op_ids(with_ids)}
         toki_s, raw_s = [], []
         for r in range(rounds):
             for side, run, out, ids in (
@@ -189,7 +190,8 @@ def measure(dsn: str, writes: list[Write], rounds: int) -> dict[str, Any]:
             ):
                 seconds, schema = run()
                 schemas.append(schema)
-                if contents(dsn, schema, op_ids=ids) != expected[ids]:
+                rows = contents(dsn, schema)
+                if (rows if ids else without_op_ids(rows)) != expected[ids]:
                     raise AssertionError(f"{side} round {r} wrote other rows than recorded")
                 out.append(seconds)
     finally:
