@@ -504,3 +504,33 @@ def test_a_hot_key_write_rereads_only_what_came_after_what_the_memory_holds(
     fresh = Memory(pg_store(schema))
     assert fresh.state_hash() == hot.state_hash()
     assert fresh.open_conflicts(K) == hot.open_conflicts(K) != []
+
+
+@pytest.mark.parametrize("every", [8, 10**9])
+def test_the_pending_queue_is_vacuumed_as_the_store_sequences(
+    pg_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, every: int
+) -> None:
+    """toki_pending is a queue (each write inserts its events, the sequencer deletes them);
+    its dead rows are what the sequencer and each partition read scan until a VACUUM, and
+    autovacuum wakes once a minute. The store VACUUMs it every VACUUM_PENDING_EVERY events it
+    sequenced, so the table stays a few pages however many writes went through; with no
+    VACUUM (every = 10**9) it grows with the writes (a hot key's, one page per ten
+    events on PostgreSQL 15)."""
+    import toki.store.postgres as pg
+
+    monkeypatch.setattr(pg, "VACUUM_PENDING_EVERY", every)
+    store = pg_store()
+    mem = Memory(store)
+    prev = mem.assert_fact(K, "v0", valid_from="2026-01-01T00:00:00Z",
+                           recorded_at="2026-02-01T00:00:00Z", source_id="s")
+    for i in range(1, 200):
+        prev = mem.supersede(prev, f"v{i}", valid_from=f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z",
+                             recorded_at=f"2026-02-01T01:{i // 60:02d}:{i % 60:02d}Z",
+                             source_id="s")
+    assert store.execute("SELECT count(*) FROM toki_pending") == [(0,)]
+    ((pages,),) = store.execute("SELECT pg_relation_size('toki_pending') / 8192")
+    if every == 8:
+        assert pages <= 4
+    else:
+        assert pages >= 20  # the dead rows of 399 events, never reclaimed
+    assert Memory(pg_store(store.schema)).state_hash() == mem.state_hash()

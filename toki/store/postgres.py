@@ -25,7 +25,7 @@ from typing import Any, cast
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import sql
+from psycopg import pq, sql
 
 from toki.chain import Digest, check_seal
 from toki.errors import ConstraintViolation, OutcomeUnknown, StoreError, WriteConflict
@@ -76,6 +76,13 @@ TAIL_TRIES = 8
 saw events committed but not yet sequenced."""
 MAX_RETRIES = 64
 """Serialization failures, deadlocks and moved heads a write retries before WriteConflict."""
+VACUUM_PENDING_EVERY = 512
+"""Events a store sequences between its VACUUMs of toki_pending. The table is a queue: each
+write inserts its events and the sequencer deletes them, and until a VACUUM the dead rows
+stay in the heap the sequencer and every partition read scan. Autovacuum wakes once a
+minute by default, so without this a busy store scans a minute of writes' dead rows per
+write (bench_write_cost_pg's hot key: 5.9 -> 9.6 ms per write over 2,000 writes, 4,000 dead
+rows in 401 pages; 6.1 ms again after one VACUUM)."""
 
 _LEVELS = {
     Isolation.READ_UNCOMMITTED: "READ UNCOMMITTED",  # PostgreSQL runs it as READ COMMITTED
@@ -137,6 +144,7 @@ class PostgresStore:
         self._existing = existing
         self._lock = threading.RLock()
         self._depth = 0
+        self._unvacuumed = 0  # events this store sequenced since its last VACUUM of toki_pending
         self._conn = self._connect()
         if self.schema is None:
             row = self._conn.execute("SELECT current_schema()").fetchone()
@@ -485,11 +493,20 @@ class PostgresStore:
     # -- the sequencer and the reads (toki/store/pg_log.py, pg_projection.py) -----------
 
     def sequence(self) -> int:
-        """Give committed pending events the dense global seq (`pg_log.sequence`)."""
+        """Give committed pending events the dense global seq (`pg_log.sequence`); every
+        VACUUM_PENDING_EVERY events, VACUUM toki_pending (outside any transaction)."""
         with self._lock, self._errors():
             conn = self._live()
             with conn.transaction(), conn.cursor() as cur:
-                return pg_log.sequence(cur, self.schema, self.url)
+                moved = pg_log.sequence(cur, self.schema, self.url)
+            self._unvacuumed += moved
+            idle = conn.info.transaction_status == pq.TransactionStatus.IDLE
+            if self._unvacuumed >= VACUUM_PENDING_EVERY and idle:
+                self._unvacuumed = 0
+                # SKIP_LOCKED: another writer's VACUUM of it is running, which does the same;
+                # a role that does not own the table gets a warning and nothing is vacuumed
+                conn.execute("VACUUM (SKIP_LOCKED) toki_pending")
+            return moved
 
     def load_state(self) -> tuple[list[Event], list[Event], int, dict[FactKey, KeySummary]]:
         """Log, unsequenced events and projection in one REPEATABLE READ snapshot."""
