@@ -30,6 +30,7 @@ import sqlite3
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -171,17 +172,34 @@ def fresh_schema(path: Path) -> None:
     SQLiteStore(path).close()
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A replay's seconds, and the part of them spent in `between` (none: 0)."""
+
+    seconds: float
+    between_seconds: float = 0.0
+
+
 def replay(path: Path, per_write: list[list[Statement]], pragmas: dict[str, Any],
-           sync: str) -> float:
-    """Seconds for raw sqlite3 to run the recorded statements, write by write, on a fresh
-    file of toki's schema with toki's PRAGMAs (synchronous as given)."""
+           sync: str, between: Callable[[int], object] | None = None) -> Replayed:
+    """Raw sqlite3 running the recorded statements, write by write, on a fresh file of toki's
+    schema with toki's PRAGMAs (synchronous as given).
+
+    between(i) runs before write i's statements: the controls (`controls`) that say how much
+    of toki's time is its planning, and how much each side slows the other when they
+    alternate."""
     fresh_schema(path)
     conn = sqlite3.connect(path, isolation_level=None)
     for name in PRAGMAS:
         value = sync if name == "synchronous" else pragmas[name]
         conn.execute(f"PRAGMA {name}={value}")
+    spent = 0.0
     t0 = time.perf_counter()
-    for statements in per_write:
+    for i, statements in enumerate(per_write):
+        if between is not None:
+            t = time.perf_counter()
+            between(i)
+            spent += time.perf_counter() - t
         for how, sql, params in statements:
             if how == "execute":
                 conn.execute(sql, params).fetchall()
@@ -189,7 +207,27 @@ def replay(path: Path, per_write: list[list[Statement]], pragmas: dict[str, Any]
                 conn.executemany(sql, params)
     seconds = time.perf_counter() - t0
     conn.close()
-    return seconds
+    return Replayed(seconds, spent)
+
+
+def control(path: Path, per_write: list[list[Statement]], pragmas: dict[str, Any], sync: str,
+            writes: list[Write]) -> tuple[Replayed, str]:
+    """The replay with each write first made on memory:// (toki's write path without SQL,
+    as in `memory_floor`), and the state the in-memory writes left."""
+    mem = Memory.open("memory://")
+    done = replay(path, per_write, pragmas, sync, lambda i: _assert(mem, writes[i]))
+    state = mem.state_hash()
+    mem.close()
+    return done, state
+
+
+def spin(seconds: float) -> Callable[[int], object]:
+    """A busy loop of `seconds` (the CPU kept busy, almost no memory touched)."""
+    def run(_: int) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+    return run
 
 
 def contents(path: Path) -> dict[str, list[tuple[Any, ...]]]:
@@ -214,20 +252,46 @@ def statement_counts(per_write: list[list[Statement]]) -> dict[str, Any]:
 
 
 def measure(writes: list[Write], rounds: int, sync: str, tmp: Path) -> dict[str, Any]:
-    """Best of `rounds` alternating toki / sqlite3 runs, each into a fresh file; checks that
-    every run leaves the same rows as the recorded one."""
+    """Best of `rounds` alternating runs, each into a fresh file: toki; sqlite3 replaying the
+    statements; the control (the replay with each write first made on memory://); and the
+    replay with a busy loop as long as the control's in-memory write before each write.
+    Every run must leave the rows of the recorded one; the control's in-memory writes the
+    state toki's left."""
     per_write, pragmas = record(tmp / f"record-{sync}.db", writes)
     expected = contents(tmp / f"record-{sync}.db")
-    toki_s, raw_s = [], []
+    recorded = Memory.open(f"sqlite:///{tmp / f'record-{sync}.db'}")
+    try:
+        state = recorded.state_hash()
+    finally:
+        recorded.close()
+    n = len(writes)
+    toki_s: list[float] = []
+    raw_s: list[float] = []
+    mixed: list[Replayed] = []
+    spun: list[Replayed] = []
     for r in range(rounds):
-        toki_path, raw_path = tmp / f"toki-{sync}-{r}.db", tmp / f"raw-{sync}-{r}.db"
-        toki_s.append(run_toki(toki_path, writes, sync))
-        raw_s.append(replay(raw_path, per_write, pragmas, sync))
-        for side, path in (("toki", toki_path), ("sqlite3", raw_path)):
+        paths = {side: tmp / f"{side}-{sync}-{r}.db"
+                 for side in ("toki", "sqlite3", "control", "spin")}
+        toki_s.append(run_toki(paths["toki"], writes, sync))
+        raw_s.append(replay(paths["sqlite3"], per_write, pragmas, sync).seconds)
+        done, left = control(paths["control"], per_write, pragmas, sync, writes)
+        mixed.append(done)
+        if left != state:
+            raise AssertionError(f"control round {r} ({sync}): memory:// left another state")
+        # the control's in-memory time, spent on a busy loop instead
+        spun.append(replay(paths["spin"], per_write, pragmas, sync, spin(done.between_seconds / n)))
+        for side, path in paths.items():
             if contents(path) != expected:
                 raise AssertionError(f"{side} round {r} ({sync}) wrote other rows than recorded")
-    n = len(writes)
     toki_rate, raw_rate = n / min(toki_s), n / min(raw_s)
+
+    def split(runs: list[Replayed]) -> dict[str, Any]:
+        best = min(runs, key=lambda c: c.seconds)
+        return {"us_per_write": 1e6 * best.seconds / n,
+                "between_us_per_write": 1e6 * best.between_seconds / n,
+                "sqlite3_us_per_write": 1e6 * (best.seconds - best.between_seconds) / n,
+                "round_s": [c.seconds for c in runs]}
+
     return {
         "synchronous": sync,
         "pragmas": {**pragmas, "synchronous": sync},
@@ -238,6 +302,8 @@ def measure(writes: list[Write], rounds: int, sync: str, tmp: Path) -> dict[str,
         "sqlite3_us_per_write": 1e6 * min(raw_s) / n,
         "toki_round_s": toki_s,
         "sqlite3_round_s": raw_s,
+        "control": split(mixed),
+        "spin": split(spun),
         "statements": statement_counts(per_write),
     }
 
@@ -294,9 +360,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for sync in ("FULL", "OFF"):
             m = measure(writes, args.rounds, sync, Path(tmp))
             results[sync.lower()] = m
+            c = m["control"]
+            sp = m["spin"]
             print(f"  synchronous={sync}: toki {m['toki_writes_per_s']:,.0f} writes/s, sqlite3 "
                   f"{m['sqlite3_writes_per_s']:,.0f} writes/s, ratio {m['ratio']:.2f}, "
-                  f"{m['statements']['per_write_mean']:.2f} statements/write")
+                  f"{m['statements']['per_write_mean']:.2f} statements/write\n"
+                  f"    µs per write: toki {m['toki_us_per_write']:.0f}, sqlite3 "
+                  f"{m['sqlite3_us_per_write']:.0f}; control {c['us_per_write']:.0f} (memory:// "
+                  f"{c['between_us_per_write']:.0f} + sqlite3 {c['sqlite3_us_per_write']:.0f}); "
+                  f"spin {sp['us_per_write']:.0f} (loop {sp['between_us_per_write']:.0f} + "
+                  f"sqlite3 {sp['sqlite3_us_per_write']:.0f})")
         results["memory"] = memory_floor(writes, args.rounds, Path(tmp) / "record-FULL.db")
         print(f"  memory://: {results['memory']['us_per_write']:.0f} µs/write (no SQL)")
         print("  statements:", json.dumps(results["full"]["statements"], indent=2))

@@ -472,6 +472,7 @@ def _rows_write_cost(d: dict[str, Any] | None) -> list[Row]:
             "write cost", "the same writes on the in-memory store (memory://: planning, events, "
             "hashes, projection rows and fold, no SQL): a floor under toki's own time per write",
             f"{d['memory']['us_per_write']:.0f} µs", "—", "— (the same run)"))
+    out += _rows_write_cost_controls(d)
     st = full["statements"]
     counts = ", ".join(f"{n} in {fmt(w)} writes" for n, w in sorted(
         st["per_write_histogram"].items(), key=lambda item: int(item[0])))
@@ -486,6 +487,28 @@ def _rows_write_cost(d: dict[str, Any] | None) -> list[Row]:
                        "shares of the whole, parts nest: store.append includes its SQL)",
                        "; ".join(f"{name} {v / total:.0%}" for name, v in prof.items()), "—",
                        "—"))
+    return out
+
+
+def _rows_write_cost_controls(d: dict[str, Any]) -> list[Row]:
+    """The controls: sqlite3's statements with toki's in-memory write, or a busy loop as long,
+    before each write (results before they were measured lack them)."""
+    out = []
+    for sync in ("full", "off"):
+        m = d[sync]
+        c, sp = m.get("control"), m.get("spin")
+        if not c or not sp:
+            continue
+        out.append(Row(
+            "write cost", f"synchronous={m['synchronous']}, µs per write: sqlite3 alone; the "
+            "control (each write made on memory:// before its statements: in-memory write + "
+            "sqlite3); a busy loop as long instead (loop + sqlite3); toki",
+            f"{m['sqlite3_us_per_write']:.0f}; {c['between_us_per_write']:.0f} + "
+            f"{c['sqlite3_us_per_write']:.0f} = {c['us_per_write']:.0f}; "
+            f"{sp['between_us_per_write']:.0f} + {sp['sqlite3_us_per_write']:.0f} = "
+            f"{sp['us_per_write']:.0f}; {m['toki_us_per_write']:.0f}", "—",
+            f"ratio sqlite3 / control {m['sqlite3_us_per_write'] / c['us_per_write']:.2f}: what "
+            "a toki whose SQLite layer cost nothing would reach (same run)"))
     return out
 
 

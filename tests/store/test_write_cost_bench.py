@@ -11,13 +11,16 @@ import pytest
 from benchmarks.bench_write_cost import (
     Recorder,
     contents,
+    control,
     make_writes,
     measure,
     memory_floor,
     record,
     replay,
+    spin,
     statement_counts,
 )
+from toki.memory import Memory
 
 
 def test_replayed_statements_write_the_same_rows(tmp_path: Path) -> None:
@@ -42,10 +45,36 @@ def test_a_missing_write_is_seen(tmp_path: Path) -> None:
     assert contents(tmp_path / "raw.db") != contents(tmp_path / "toki.db")
 
 
+def test_the_control_makes_toki_s_writes_in_memory_between_the_statements(
+    tmp_path: Path,
+) -> None:
+    """The control replays the statements with each write first made on memory://: the file
+    gets toki's rows, the in-memory store toki's state; other writes leave another state."""
+    writes = make_writes(24, 6, seed=37)
+    per_write, pragmas = record(tmp_path / "toki.db", writes)
+    done, state = control(tmp_path / "control.db", per_write, pragmas, "OFF", writes)
+    assert contents(tmp_path / "control.db") == contents(tmp_path / "toki.db")
+    toki = Memory.open(f"sqlite:///{tmp_path / 'toki.db'}")
+    assert state == toki.state_hash()
+    toki.close()
+    assert 0 < done.between_seconds < done.seconds
+    _, other = control(tmp_path / "other.db", per_write, pragmas, "OFF",
+                       make_writes(24, 6, seed=38))
+    assert other != state
+    spun = replay(tmp_path / "spin.db", per_write, pragmas, "OFF", spin(1e-4))
+    assert spun.between_seconds >= len(writes) * 1e-4
+    assert contents(tmp_path / "spin.db") == contents(tmp_path / "toki.db")
+
+
 def test_measure_reports_the_ratio_and_statements(tmp_path: Path) -> None:
     writes = make_writes(20, 5, seed=37)
-    m = measure(writes, 1, "OFF", tmp_path)  # raises if either side wrote other rows
+    m = measure(writes, 1, "OFF", tmp_path)  # raises if any side wrote other rows
     assert m["ratio"] == m["toki_writes_per_s"] / m["sqlite3_writes_per_s"]
+    for side in ("control", "spin"):
+        c = m[side]
+        assert c["us_per_write"] == pytest.approx(
+            c["between_us_per_write"] + c["sqlite3_us_per_write"])
+        assert 1e6 * min(c["round_s"]) / len(writes) == pytest.approx(c["us_per_write"])
     counts = statement_counts(record(tmp_path / "again.db", writes)[0])
     assert m["statements"] == counts
     assert counts["by_statement"]["COMMIT"] == len(writes)
