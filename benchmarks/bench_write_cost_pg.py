@@ -15,7 +15,8 @@ end with the same rows in every table.
 Writes benchmarks/results/write_cost_pg.json ($TOKI_PG_DSN, default the local test database).
 
 Beside it, the hot key on PostgreSQL (`hot_key`): ms per write on one supersede chain of
-2,000 writes, per window of 250, as the key grows.
+2,000 writes, per window of 250, as the key grows; and the same key with two writers taking
+turns (`contended_key`), each write coming after the other's.
 
     python -m benchmarks.bench_write_cost_pg            # 1,000 writes over 250 keys, best of 3
     python -m benchmarks.bench_write_cost_pg --quick    # 100 writes (hot key 400), writes nothing
@@ -29,6 +30,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from itertools import pairwise
 from typing import Any
 
@@ -37,7 +39,9 @@ import psycopg
 from benchmarks.bench_core import supersede_chain
 from benchmarks.bench_write_cost import BASE, SEED, Write, _assert, make_writes
 from benchmarks.common import machine_info, write_results
+from toki.algebra import LWW
 from toki.memory import Memory
+from toki.model import Claim, FactKey
 from toki.store.pg_rows import with_schema
 from toki.store.postgres import PostgresStore, default_dsn, mask_dsn
 
@@ -216,8 +220,36 @@ def hot_key(dsn: str, n: int, window: int) -> dict[str, Any]:
     finally:
         mem.close()
         _drop(dsn, schema)
+    return _windows(marks, window, {"writes": n, "events": events})
+
+
+def contended_key(dsn: str, n: int, window: int) -> dict[str, Any]:
+    """The hot key with two writers: two Memories of one store take turns writing claims
+    through LWW on one key (each claim holds from its recording time and closes the one
+    before), so every write comes after the other writer's, unseen; ms per write per window
+    of `window` writes as the key grows."""
+    schema = _schema()
+    mems = [Memory.open(with_schema(dsn, schema), clock=lambda: BASE) for _ in range(2)]
+    key = FactKey("bench", "contended", "city")
+    try:
+        marks = [time.perf_counter()]
+        for i in range(1, n + 1):
+            at = BASE + timedelta(seconds=i)
+            mems[i % 2].write(Claim(key, f"v{i}", f"s{i % 2}", valid_from=at, recorded_at=at), LWW)
+            if i % window == 0:
+                marks.append(time.perf_counter())
+        mems[0].refresh()
+        events = len(mems[0].events())
+    finally:
+        for mem in mems:
+            mem.close()
+        _drop(dsn, schema)
+    return _windows(marks, window, {"writes": n, "writers": 2, "events": events})
+
+
+def _windows(marks: list[float], window: int, out: dict[str, Any]) -> dict[str, Any]:
     ms = [1e3 * (b - a) / window for a, b in pairwise(marks)]
-    return {"writes": n, "window": window, "events": events, "ms_per_write_by_window": ms,
+    return {**out, "window": window, "ms_per_write_by_window": ms,
             "last_to_first": ms[0] / ms[-1]}
 
 
@@ -243,10 +275,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"PostgreSQL write cost: {n} assert_fact calls over {keys} keys, seed {SEED}, "
           f"best of {args.rounds}")
     m = measure(dsn, make_writes(n, keys), args.rounds)
-    m["hot_key"] = hot = hot_key(dsn, 400 if args.quick else 2_000, 100 if args.quick else 250)
-    print(f"  one hot key: {hot['ms_per_write_by_window'][0]:.1f} ms per write in the first "
-          f"{hot['window']} writes, {hot['ms_per_write_by_window'][-1]:.1f} ms in the last; "
-          f"rate last / first {hot['last_to_first']:.2f}")
+    n, window = (400, 100) if args.quick else (2_000, 250)
+    m["hot_key"] = hot_key(dsn, n, window)
+    m["contended_key"] = contended_key(dsn, n, window)
+    for name, hot in (("one hot key", m["hot_key"]), ("two writers", m["contended_key"])):
+        print(f"  {name}: {hot['ms_per_write_by_window'][0]:.1f} ms per write in the first "
+              f"{hot['window']} writes, {hot['ms_per_write_by_window'][-1]:.1f} ms in the "
+              f"last; rate last / first {hot['last_to_first']:.2f}")
     print(f"  toki {m['toki_writes_per_s']:,.0f} writes/s, psycopg {m['psycopg_writes_per_s']:,.0f}"
           f" writes/s, ratio {m['ratio']:.2f}, {m['commands']['per_write_mean']:.2f} commands/write")
     results = {"machine": machine_info(), "server": server_version(dsn), "writes": n,

@@ -528,16 +528,20 @@ def _rows_write_cost_pg(d: dict[str, Any] | None) -> list[Row]:
 
 
 def _rows_pg_hot_key(d: dict[str, Any]) -> list[Row]:
-    hot = d.get("hot_key")
-    if not hot:  # results before it was measured lack it
-        return []
-    ms = hot["ms_per_write_by_window"]
-    return [Row(
-        "write cost", f"PostgreSQL, one hot key ({fmt(hot['writes'])} supersedes on one key): "
-        f"ms per write in the first / last {fmt(hot['window'])} writes; rate last / first",
-        f"{fmt(ms[0])} / {fmt(ms[-1])} ms; {hot['last_to_first']:.2f}",
-        ">= 0.7 (the hot-key target, met in memory)"
-        + ("" if hot["last_to_first"] >= 0.7 else " (not met)"), "—")]
+    out = []
+    for name, what in (("hot_key", "supersedes on one key"),
+                       ("contended_key", "LWW writes on one key by two writers in turn")):
+        hot = d.get(name)
+        if not hot:  # results before it was measured lack it
+            continue
+        ms = hot["ms_per_write_by_window"]
+        out.append(Row(
+            "write cost", f"PostgreSQL, one hot key ({fmt(hot['writes'])} {what}): ms per "
+            f"write in the first / last {fmt(hot['window'])} writes; rate last / first",
+            f"{fmt(ms[0])} / {fmt(ms[-1])} ms; {hot['last_to_first']:.2f}",
+            ">= 0.7 (the hot-key target, met in memory)"
+            + ("" if hot["last_to_first"] >= 0.7 else " (not met)"), "—"))
+    return out
 
 
 def _rows_scale(d: dict[str, Any] | None) -> list[Row]:

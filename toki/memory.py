@@ -75,7 +75,7 @@ from toki.model import (
     need_key,
 )
 from toki.ops import decision_of, op_done, operation_for, outcome_text
-from toki.partition import Partition
+from toki.partition import Partition, extends
 from toki.plan import (
     LOG_KEY,
     POLICY_SUBJECT,
@@ -570,8 +570,9 @@ class Memory:
         def plan(
             partition: Sequence[Event], base_seq: int
         ) -> tuple[list[Event], dict[FactKey, KeySummary]]:
-            if known is not None and not partition:  # nothing after what we hold (`known`)
+            if known is not None and extends(known, partition):  # what came after we held
                 part = Partition.of_snapshot(wanted, self._snapshot, base_seq)
+                part.extend(partition)
             else:
                 part = Partition(wanted, partition, base_seq)
             events = build(part)

@@ -4,9 +4,9 @@ A write decides from its partition alone, so the same decision code runs on ever
 the backend's transaction shell reads the partition, the write builds its events from it, and
 the shell appends them with the projection rows `fold` returns. The Memory's cached state
 stands in for the read only where the store vouches that it is the partition: a one-writer
-store under its lock, or PostgreSQL when its transaction found nothing after the per-key
-positions the Memory folded (`of_snapshot`); a cache behind a concurrent writer is never
-planned from.
+store under its lock, or PostgreSQL together with what its transaction read after the
+per-key positions the Memory folded (`of_snapshot`, then `extend`); a cache behind a
+concurrent writer is never planned from alone.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from toki.errors import InvalidInput, UnknownVersion
 from toki.log import Event, EventKind, make_event
 from toki.model import FactKey, FactVersion
 from toki.projection import rows_for
-from toki.replay import KeyState, KeySummary, Snapshot
+from toki.replay import KeyState, KeySummary, Snapshot, indexed_beyond_key
 
-__all__ = ["SMALL_KEY", "Partition"]
+__all__ = ["SMALL_KEY", "Partition", "extends"]
 
 SMALL_KEY = 256
 """A key with at most this many events is copied for a write rather than forked: the copy
@@ -78,6 +78,20 @@ class Partition:
         snap.holds = LazyMap(lambda: {t: k for t, k in live.holds.items() if k in keys})
         snap.watermark = live.watermark
         return part
+
+    def extend(self, events: Iterable[Event]) -> None:
+        """Fold events that came after the live states this partition was taken from
+        (`of_snapshot`) into its own states of their keys: another writer's, read in the
+        write's transaction. Only events `extends` accepts: each key's state alone takes
+        them."""
+        states = self.snapshot.keys
+        for event in sorted(events, key=lambda e: e.key_seq):
+            state = states.get(event.key)
+            if state is None:
+                state = states[event.key] = KeyState(event.key)
+            state.apply(event)
+            if event.key_seq > self._key_seq.get(event.key, 0):
+                self._key_seq[event.key] = event.key_seq
 
     def state(self, key: FactKey) -> KeyState | None:
         if key not in self.keys:  # a write may only decide from what its transaction read
@@ -139,3 +153,14 @@ class Partition:
                 state = keys[event.key] = KeyState(event.key)
             state.apply(event)
         return rows_for(self.snapshot, {e.key for e in events})
+
+
+def extends(known: Mapping[FactKey, int], events: Iterable[Event]) -> bool:
+    """Whether `events` are what came after states folded up to the per-key positions
+    `known`, and can be folded into those states alone (`Partition.extend`): each is after its
+    key's position, and none is indexed beyond its key (a HOLD, a judge verdict). A store
+    that reads only what came after (`reads_after_known`) hands such events to the plan
+    instead of the keys' whole partition; anything else needs the whole partition."""
+    return all(
+        e.key_seq > known.get(e.key, 0) and not indexed_beyond_key(e) for e in events
+    )

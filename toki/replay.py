@@ -36,7 +36,15 @@ from toki.model import FactKey, FactVersion, HistoryEntry, Lifecycle, Resolution
 from toki.overlay import Appended, DictOverlay, SetOverlay, Sorted, SortedOverlay, TailOverlay
 from toki.time import BoundSource, Interval, format_instant, parse_instant
 
-__all__ = ["KeyState", "KeySummary", "Snapshot", "gc_paused", "is_built", "replay"]
+__all__ = [
+    "KeyState",
+    "KeySummary",
+    "Snapshot",
+    "gc_paused",
+    "indexed_beyond_key",
+    "is_built",
+    "replay",
+]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -660,6 +668,15 @@ def _start_us(version: FactVersion) -> int:
     return _MIN if version.valid.start is None else _us(version.valid.start)
 
 
+def indexed_beyond_key(event: Event) -> bool:
+    """Whether folding `event` changes a Snapshot index besides its key's state: a HOLD's
+    token or a judge's verdict (`Snapshot._decision`). A write's partition taken from the
+    live snapshot can fold any other event into the key's state alone (Partition.extend)."""
+    if event.kind is not _DECISION:
+        return False
+    return event.body.get("action") == "HOLD" or logged_verdict(event.body) is not None
+
+
 class Snapshot:
     """The fold of a set of events: per-key states plus the version → key index."""
 
@@ -696,6 +713,7 @@ class Snapshot:
         return True
 
     def _decision(self, event: Event) -> None:
+        """Index a DECISION beyond its key's state (`indexed_beyond_key`)."""
         body = event.body
         if body.get("action") == "HOLD":
             self.holds[str(body["token"])] = event.key

@@ -10,15 +10,24 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
 
 from toki import UNKNOWN, Claim, FactKey, Memory
 from toki.algebra import LWW
-from toki.errors import ConstraintViolation, IntegrityError, StoreError
+from toki.errors import (
+    ConstraintViolation,
+    IntegrityError,
+    InvalidInterval,
+    LifecycleError,
+    StoreError,
+)
 from toki.isolation import Isolation
 from toki.log import EventKind
 from toki.replay import KeySummary
@@ -476,10 +485,10 @@ def _partition_reads(store: PostgresStore, into: list[tuple[bool, int]]) -> None
 def test_a_hot_key_write_rereads_only_what_came_after_what_the_memory_holds(
     pg_store: StoreFactory,
 ) -> None:
-    """A write plans from the key's state this Memory folded when nothing came after it in
-    the store (issue #37: a hot key on PostgreSQL re-read and decoded its whole history on
-    every write); when another writer's events did come after, it reads the whole partition
-    again, and the decisions are those of a fresh read either way."""
+    """A write plans from the key's state this Memory folded, plus what came after it in the
+    store (issue #37: a hot key on PostgreSQL re-read and decoded its whole history on every
+    write, and then on every write another writer had come between); the decisions are those
+    of a fresh read."""
     schema = pg_store().schema
     hot, other = Memory(pg_store(schema)), Memory(pg_store(schema))
     prev = hot.assert_fact(K, "v0", recorded_at="2026-01-01T00:00:00Z", source_id="s")
@@ -492,18 +501,93 @@ def test_a_hot_key_write_rereads_only_what_came_after_what_the_memory_holds(
     prev = hot.supersede(prev, "v12", valid_from="2026-01-20T00:00:00Z",
                          recorded_at="2026-02-01T00:01:00Z", source_id="s")
     assert reads == [(True, 0)]  # only the events after the 23 it holds: none
-    other.refresh()
-    other.assert_fact(K, "rival", valid_from="2026-01-25T00:00:00Z",
-                      recorded_at="2026-02-01T00:02:00Z", source_id="o")
-    in_store = len(other.events())
-    reads.clear()
-    hot.assert_fact(K, "third", valid_from="2026-01-28T00:00:00Z",
-                    recorded_at="2026-02-01T00:03:00Z", source_id="h")
-    assert reads[0][0] and reads[0][1] > 0  # the rival's events came after what it held
-    assert reads[1] == (False, in_store)  # so the whole partition, as before
+    for n in range(3):  # a rival writes between each of hot's writes
+        other.refresh()
+        before = len(other.events())
+        other.assert_fact(K, f"rival{n}", valid_from=f"2026-01-{25 + n}T00:00:00Z",
+                          recorded_at=f"2026-02-01T00:0{2 + n}:00Z", source_id="o")
+        rival = len(other.events()) - before
+        reads.clear()
+        hot.assert_fact(K, f"third{n}", valid_from=f"2026-01-{25 + n}T12:00:00Z",
+                        recorded_at=f"2026-02-01T00:0{2 + n}:30Z", source_id="h")
+        assert reads == [(True, rival)]  # the rival's events, and not the whole partition
     fresh = Memory(pg_store(schema))
-    assert fresh.state_hash() == hot.state_hash()
+    assert fresh.state_hash() == hot.state_hash() == Memory.replay(fresh.events()).state_hash()
     assert fresh.open_conflicts(K) == hot.open_conflicts(K) != []
+
+
+def test_a_hold_that_came_after_what_the_memory_holds_makes_the_write_read_it_all(
+    pg_store: StoreFactory,
+) -> None:
+    """A HOLD (AWAIT) is indexed beyond its key's state, so a write whose delta read finds one
+    reads the key's whole partition, as a write without a folded state does."""
+    from toki.algebra.await_ import AWAIT
+
+    schema = pg_store().schema
+    hot, other = Memory(pg_store(schema)), Memory(pg_store(schema))
+    hot.assert_fact(K, "Lisbon", valid_from="2026-01-01T00:00:00Z",
+                    recorded_at="2026-02-01T00:00:00Z", source_id="s")
+    other.refresh()
+    held = other.write(Claim(K, "Berlin", "o", valid_from="2026-01-01T00:00:00Z",
+                             recorded_at="2026-02-01T00:01:00Z"), AWAIT)
+    assert held.action.value == "HOLD"
+    reads: list[tuple[bool, int]] = []
+    assert isinstance(hot._store, PostgresStore)
+    _partition_reads(hot._store, reads)
+    hot.assert_fact(K, "Rome", valid_from="2026-01-01T00:00:00Z",
+                    recorded_at="2026-02-01T00:02:00Z", source_id="h")
+    assert reads[0][0] and reads[0][1] > 0
+    assert reads[1][0] is False  # then the whole partition
+    fresh = Memory(pg_store(schema))
+    assert fresh.state_hash() == hot.state_hash() == Memory.replay(fresh.events()).state_hash()
+
+
+_SEED = 3737
+print(f"test_postgres: hypothesis seed {_SEED}")
+
+
+@seed(_SEED)
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(
+    st.tuples(st.integers(0, 1), st.integers(0, 1), st.sampled_from(["assert", "supersede",
+                                                                      "lww", "await"]),
+              st.integers(0, 40)),
+    min_size=1, max_size=14))
+def test_two_writers_on_shared_keys_end_in_the_state_of_a_fresh_replay(
+    pg_store: StoreFactory, steps: list[tuple[int, int, str, int]]
+) -> None:
+    """Two Memories write, interleaved, on two shared keys (asserts, supersedes of the last
+    version they see, LWW and AWAIT writes), each planning from its folded state plus what
+    the other wrote after it: each one's state is a fresh open's and a replay's of the log."""
+    from toki.algebra.await_ import AWAIT
+
+    schema = pg_store().schema
+    mems = [Memory(pg_store(schema)), Memory(pg_store(schema))]
+    keys = [K, FactKey(tenant="t1", subject="u2", fact_key="city")]
+    last: dict[tuple[int, int], Any] = {}
+    for i, (who, k, how, day) in enumerate(steps):
+        mem, key = mems[who], keys[k]
+        at, valid = f"2026-03-01T00:00:{i:02d}Z", "2026-01-01T00:00:00Z"
+        value = f"{how}{i}"
+        if how == "supersede" and (who, k) in last:
+            # refused when closed or revoked meanwhile: no write
+            with suppress(LifecycleError, InvalidInterval):
+                last[who, k] = mem.supersede(last[who, k], value, recorded_at=at,
+                                             valid_from=f"2026-02-{1 + day % 28:02d}T00:00:00Z",
+                                             source_id="s")
+        elif how in ("lww", "await"):
+            mem.write(Claim(key, value, f"s{who}", valid_from=valid, recorded_at=at),
+                      LWW if how == "lww" else AWAIT)
+        else:
+            last[who, k] = mem.assert_fact(key, value, valid_from=valid, recorded_at=at,
+                                           source_id=f"s{who}")
+    fresh = Memory(pg_store(schema))
+    want = fresh.state_hash()
+    assert want == Memory.replay(fresh.events()).state_hash()
+    for mem in mems:
+        mem.refresh()
+        assert mem.state_hash() == want
 
 
 @pytest.mark.parametrize("every", [8, 10**9])

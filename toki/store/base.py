@@ -136,8 +136,9 @@ def transact_steps(
     shell is a generator (`transact_steps`: the simulator's store); returns the retries.
     op: the write's operation id, for a store that keeps them (PostgreSQL).
     known: per key, the per-key position the caller holds folded, for a store that reads
-    only what came after it (`reads_after_known`: PostgreSQL); `plan` then gets an empty
-    partition when nothing did, and must plan from what it holds."""
+    only what came after it (`reads_after_known`: PostgreSQL); `plan` then gets only those
+    events when `partition.extends(known, events)`, and must plan from what it holds with
+    them folded in (`Partition.extend`); otherwise the whole partition."""
     steps = getattr(store, "transact_steps", None)
     if steps is None:
         if known is not None and getattr(store, "reads_after_known", False):

@@ -32,6 +32,7 @@ from toki.errors import ConstraintViolation, OutcomeUnknown, StoreError, WriteCo
 from toki.isolation import Isolation
 from toki.log import Event
 from toki.model import FactKey
+from toki.partition import extends
 from toki.replay import KeySummary
 from toki.store import pg_checkpoint, pg_consumption, pg_log
 from toki.store.base import EVENT_COLUMNS, Operation, Plan, events_from_rows
@@ -132,8 +133,8 @@ class PostgresStore:
 
     concurrent = True
     reads_after_known = True
-    """`transact` takes `known` (toki.store.base.transact_steps): a key's events up to a known
-    per-key position are read only when something came after it."""
+    """`transact` takes `known` (toki.store.base.transact_steps): the plan gets only the events
+    after the known per-key positions, unless they need the whole partition."""
 
     def __init__(self, url: str, *, schema: str | None = None, existing: bool = False) -> None:
         """existing: open only a toki store that is there, creating and migrating nothing
@@ -306,9 +307,10 @@ class PostgresStore:
         be made OutcomeUnknown (retry with the same op id: it never stores twice).
 
         known: per key, the per-key position up to which the caller holds the key's events
-        folded. The transaction first reads only the events after it; if there are none,
-        `plan` gets an empty partition and plans from what it holds (a hot key costs no
-        re-read of its history), else it gets the keys' whole partition, as without `known`."""
+        folded. The transaction first reads only the events after it and, when the caller can
+        fold them onto what it holds (`partition.extends`: none is a HOLD or a judge
+        verdict), `plan` gets just those (possibly none; a hot key costs no re-read of its
+        history); else it gets the keys' whole partition, as without `known`."""
         ordered = sorted(keys, key=key_row)
         self._ensure_heads(ordered)
         retries = 0
@@ -417,10 +419,14 @@ class PostgresStore:
                 op.result, op.replayed = str(row[0]), True
                 return False
         read_pos = {k: 0 for k in keys}
-        if known is not None and not self._read_partition(cur, keys, known):
-            partition: list[Event] = []  # nothing after what the caller holds: plan from it
-            read_pos.update((k, known.get(k, 0)) for k in keys)
-        else:
+        partition = None
+        if known is not None:  # what came after what the caller holds: it plans from both
+            partition = self._read_partition(cur, keys, known)
+            if extends(known, partition):
+                read_pos.update((k, known.get(k, 0)) for k in keys)
+            else:
+                partition = None
+        if partition is None:
             partition = self._read_partition(cur, keys)
         events, summaries = plan(partition, 0)
         if not events:
