@@ -185,6 +185,29 @@ def job_write_path(n: int, repeat: int = 3) -> dict[str, Any]:
             "writes_per_s_by_1000": windows, "peak_rss_mib": _rss_mib()}
 
 
+def job_live_versions(n: int, window: int) -> dict[str, Any]:
+    """ms per write through Memory.assert_fact on one key whose claims hold over disjoint
+    valid intervals (a time series on one key: each stays live beside the others), per
+    window of `window` writes as the key grows. Each write rebuilds the key's projection row,
+    which lists every live version (KeySummary: their ids, value hash and segments), so this
+    is O(live versions) per write, unlike the supersede chain of `job_write_path`."""
+    from toki.memory import Memory
+
+    mem = Memory(clock=lambda: BASE)
+    key = FactKey("bench", "series", "reading")
+    marks = [time.perf_counter()]
+    for i in range(1, n + 1):
+        at = BASE + timedelta(seconds=i)
+        mem.assert_fact(key, f"r{i}", valid_from=at, valid_to=at + timedelta(seconds=1),
+                        recorded_at=at, source_id="s")
+        if i % window == 0:
+            marks.append(time.perf_counter())
+    live = len(mem.history(key))
+    ms = [1e3 * (b - a) / window for a, b in pairwise(marks)]
+    return {"writes": n, "window": window, "live_versions": live,
+            "ms_per_write_by_window": ms, "last_to_first": ms[0] / ms[-1]}
+
+
 def job_resolve(versions: int, queries: int = 2000) -> dict[str, Any]:
     events = make_events(2 * versions - 1, keys=1)
     snap: Snapshot = replay(events)
@@ -361,7 +384,8 @@ def _run_isolated(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, An
         return pool.apply(fn, args)
 
 
-SECTIONS = ("replay_in_memory", "resolve_at_in_memory", "write_path_hot_key", "sqlite")
+SECTIONS = ("replay_in_memory", "resolve_at_in_memory", "write_path_hot_key",
+            "write_path_live_versions", "sqlite")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -386,6 +410,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "replay_in_memory": (job_replay, (n, 10_000)),
         "resolve_at_in_memory": (job_resolve, (versions,)),
         "write_path_hot_key": (job_write_path, (min(n // 10, 20_000),)),
+        "write_path_live_versions": (job_live_versions, (n // 1000 * 3, n // 1000 // 2)),
         "sqlite": (job_sqlite, (n, 10_000, versions)),
     }
     for name in SECTIONS:

@@ -140,6 +140,15 @@ def _rows_core(d: dict[str, Any] | None) -> list[Row]:
             rows.append(Row("core", "write path, hot key: rate of the last 1,000 writes / the "
                             f"first 1,000 (each window its best of {hot['repeat']} chains)",
                             fmt(hot["last_to_first"]), ">= 0.7 (issue #37)", "—"))
+    live = d.get("write_path_live_versions")
+    if live:
+        ms = live["ms_per_write_by_window"]
+        rows.append(Row("core", f"write path, one key of many live versions: Memory.assert_fact, "
+                        f"{fmt(live['writes'])} claims on disjoint valid intervals (ms per write "
+                        f"in the first / last {fmt(live['window'])}; rate last / first)",
+                        f"{fmt(ms[0])} / {fmt(ms[-1])} ms; {live['last_to_first']:.2f}", "—",
+                        "O(live versions) per write: the key's projection row lists them all "
+                        "(docs/concepts.md)"))
     sq = d.get("sqlite", {})
     if "raw_sqlite_same_rows_per_s" in sq:
         rows.append(Row("core", "sqlite3 alone, same rows into the same schema (FULL / OFF sync; "

@@ -134,3 +134,13 @@ def test_postgresql_replayed_commands_write_the_same_rows(pg_dsn: str) -> None:
     finally:
         for schema in schemas:
             _drop(pg_dsn, schema)
+
+
+def test_a_hot_key_window_is_its_best_over_the_runs() -> None:
+    """bench_write_cost_pg's hot keys: each window's ms per write is its fastest run, so a
+    stall in one run does not decide the last / first ratio."""
+    from benchmarks.bench_write_cost_pg import _windows
+
+    out = _windows([[0.0, 1.0, 3.0, 3.5], [10.0, 12.0, 13.0, 13.25]], 1000, {"writes": 3000})
+    assert out["ms_per_write_by_window"] == [1.0, 1.0, 0.25]
+    assert out["last_to_first"] == 4.0 and out["repeat"] == 2 and out["writes"] == 3000
