@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMappin
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -581,9 +582,7 @@ class KeyState:
             hi = bisect_left(starts, end, lo)  # rows starting in [start, end) overlap it
             if lo < hi and (rows[lo][2] != value or next_other[lo] < hi):
                 continue
-            eff = self.effective(vid)
-            assert eff is not None
-            out.append((vid, value, _fmt(eff.start), _fmt(eff.end)))
+            out.append((vid, value, _fmt_us(start), _fmt_us(end)))  # the effective bounds
         out.sort()  # in version id order, as `live` is
         return tuple(out)
 
@@ -656,8 +655,12 @@ def is_built(state: KeyState) -> bool:
     return type(state) is not LazyKeyState
 
 
-def _fmt(at: datetime | None) -> str | None:
-    return None if at is None else format_instant(at)
+@lru_cache(maxsize=1 << 17)
+def _fmt_us(us: int) -> str | None:
+    """A standing bound (µs since the epoch; _MIN/_MAX: open) as its instant's text. Cached: a key's
+    projection row formats both bounds of every segment on every write, and a key of many
+    live versions (a series on one key) asks the same instants write after write."""
+    return None if us in (_MIN, _MAX) else format_instant(_EPOCH + us * _US)
 
 
 def _pair(a: str, b: str) -> tuple[str, str]:
