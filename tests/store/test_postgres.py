@@ -542,6 +542,48 @@ def test_a_hold_that_came_after_what_the_memory_holds_makes_the_write_read_it_al
     assert fresh.state_hash() == hot.state_hash() == Memory.replay(fresh.events()).state_hash()
 
 
+def test_a_duplicate_an_older_toki_left_pending_makes_the_write_read_it_all(
+    pg_store: StoreFactory,
+) -> None:
+    """A pending row whose id is logged already (two identical events, which only a toki
+    before issue #36 could write) is ignored by every reader; a write whose delta read finds
+    one reads the whole partition, whose fold drops it, rather than fold it onto the state it
+    holds a second time."""
+    from tests.store.legacy import unpinned
+    from toki.log import event_from_record, make_event
+    from toki.plan import interval, new_version
+    from toki.replay import replay
+    from toki.time import parse_instant
+
+    at = parse_instant("2026-02-01T00:00:00Z")
+    store = pg_store()
+    version = new_version(K, "Lisbon", interval("2026-01-01T00:00:00Z", None, at), at, "s", None)
+    fresh = make_event(1, 1, EventKind.ASSERT, K, at, (version.id,),
+                       {"version": version.payload(), "proposed": False}, version)
+    payload, payload_hash, event_id = unpinned(fresh.kind.value, fresh.payload)
+    legacy = event_from_record({"seq": 1, "key_seq": 1, "kind": fresh.kind.value,
+                                "payload": payload, "payload_hash": payload_hash,
+                                "event_id": event_id})
+    store.append([legacy], replay([legacy]).summaries(), 1)
+    store.execute(  # the second, identical event an older toki committed but never sequenced
+        "INSERT INTO toki_pending SELECT nextval('toki_tick'), 2, kind, tenant, subject, "
+        "scope_kind, scope_key, fact_key, recorded_at, version_ids, payload, payload_hash, "
+        "event_id FROM toki_event WHERE seq = 1"
+    )
+    store.execute("UPDATE toki_head SET pos = 2")
+    mem = Memory(pg_store(store.schema))
+    reads: list[tuple[bool, int]] = []
+    assert isinstance(mem._store, PostgresStore)
+    _partition_reads(mem._store, reads)
+    mem.assert_fact(K, "Berlin", valid_from="2026-01-01T00:00:00Z",
+                    recorded_at="2026-02-02T00:00:00Z", source_id="t")
+    assert reads == [(True, 1), (False, 2)]
+    assert [e.key_seq for e in mem.events()] == [1, 3, 4]  # the ASSERT and its CONFLICT_OPEN
+    fresh_mem = Memory(pg_store(store.schema))
+    assert fresh_mem.state_hash() == mem.state_hash()
+    assert len(mem.open_conflicts(K)) == 1
+
+
 _SEED = 3737
 print(f"test_postgres: hypothesis seed {_SEED}")
 

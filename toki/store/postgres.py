@@ -108,6 +108,19 @@ def mask_dsn(dsn: str) -> str:
 # ------------------------------------------------------------------------------ the store
 
 
+def _logged_twice(cur: psycopg.Cursor[Any], events: Sequence[Event]) -> bool:
+    """Whether a pending one of `events` has its id logged already: a duplicate only a toki
+    before issue #36 could write, which stays pending and which every reader ignores (the
+    whole partition's fold does; a fold onto what the caller holds could not tell)."""
+    pending = [e.event_id for e in events if e.seq == 0]
+    if not pending:
+        return False
+    row = cur.execute(
+        "SELECT EXISTS (SELECT 1 FROM toki_event WHERE event_id = ANY(%s))", (pending,)
+    ).fetchone()
+    return bool(row and row[0])
+
+
 class _HeadMoved(Exception):
     """A key's head row moved between the partition read and the conditional update."""
 
@@ -422,7 +435,7 @@ class PostgresStore:
         partition = None
         if known is not None:  # what came after what the caller holds: it plans from both
             partition = self._read_partition(cur, keys, known)
-            if extends(known, partition):
+            if extends(known, partition) and not _logged_twice(cur, partition):
                 read_pos.update((k, known.get(k, 0)) for k in keys)
             else:
                 partition = None
