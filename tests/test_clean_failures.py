@@ -153,10 +153,12 @@ def test_a_store_written_with_unpadded_years_opens(
     import toki.log
     import toki.model
     import toki.replay
+    import toki.store.pg_rows  # imported under the patch, it would keep the old form for good
     import toki.time
 
     for module in (toki.time, toki.model, toki.log, toki.replay):
         monkeypatch.setattr(module, "format_instant", _old_format)
+    toki.replay._fmt_us.cache_clear()  # segment texts are cached per instant: the old ones
     mem = make_memory()
     a = mem.assert_fact(K, "old", valid_from="0999-06-01T00:00:00Z",
                         recorded_at="0999-12-31T12:00:00Z", source_id="chronicle")
@@ -164,6 +166,7 @@ def test_a_store_written_with_unpadded_years_opens(
                   recorded_at="0999-12-31T13:00:00Z", source_id="chronicle")
     assert '"999-06-01T00:00:00Z"' in mem.events()[0].payload  # the old form, really
     monkeypatch.undo()
+    toki.replay._fmt_us.cache_clear()  # today's toki, as a fresh process has it
     again = _reopen(mem, make_memory)
     assert again.resolve_at(K, "0999-07-01T00:00:00Z").value == "old"
     assert again.resolve_at(K, "0999-10-01T00:00:00Z").value == "older"
