@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -426,6 +427,7 @@ def _openers(backend: str, request: pytest.FixtureRequest) -> Callable[[], Opene
         return lambda: lambda: Memory(clock=clock)
     if backend == "sqlite":
         root = Path(tempfile.mkdtemp(prefix="toki-fuzz-"))
+        request.addfinalizer(lambda: shutil.rmtree(root, ignore_errors=True))  # 200+ files
 
         def sqlite() -> Opener:
             url = f"sqlite:///{root / f'{uuid.uuid4().hex}.db'}"
