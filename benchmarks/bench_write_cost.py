@@ -152,14 +152,19 @@ def run_memory(writes: list[Write]) -> tuple[float, str]:
     return seconds, state
 
 
+def state_of(path: Path) -> str:
+    """The state hash of the toki store in `path` (what a run of the same writes must end in)."""
+    mem = Memory.open(f"sqlite:///{path}")
+    try:
+        return mem.state_hash()
+    finally:
+        mem.close()
+
+
 def memory_floor(writes: list[Write], rounds: int, sqlite_file: Path) -> dict[str, Any]:
     """Best of `rounds` runs on memory://; each must leave the state toki left in
     `sqlite_file` (the same writes), so the floor runs the same write path."""
-    expected = Memory.open(f"sqlite:///{sqlite_file}")
-    try:
-        want = expected.state_hash()
-    finally:
-        expected.close()
+    want = state_of(sqlite_file)
     runs = [run_memory(writes) for _ in range(rounds)]
     if any(state != want for _, state in runs):
         raise AssertionError("memory:// ended in another state than SQLite for the same writes")
@@ -185,7 +190,7 @@ def replay(path: Path, per_write: list[list[Statement]], pragmas: dict[str, Any]
     """Raw sqlite3 running the recorded statements, write by write, on a fresh file of toki's
     schema with toki's PRAGMAs (synchronous as given).
 
-    between(i) runs before write i's statements: the controls (`controls`) that say how much
+    between(i) runs before write i's statements: the controls (`control`, `spin`) that say how much
     of toki's time is its planning, and how much each side slows the other when they
     alternate."""
     fresh_schema(path)
@@ -259,11 +264,7 @@ def measure(writes: list[Write], rounds: int, sync: str, tmp: Path) -> dict[str,
     state toki's left."""
     per_write, pragmas = record(tmp / f"record-{sync}.db", writes)
     expected = contents(tmp / f"record-{sync}.db")
-    recorded = Memory.open(f"sqlite:///{tmp / f'record-{sync}.db'}")
-    try:
-        state = recorded.state_hash()
-    finally:
-        recorded.close()
+    state = state_of(tmp / f"record-{sync}.db")
     n = len(writes)
     toki_s: list[float] = []
     raw_s: list[float] = []

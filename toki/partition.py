@@ -47,10 +47,7 @@ class Partition:
         self.snapshot = Snapshot()
         self._key_seq: dict[FactKey, int] = {}
         self._forked: set[FactKey] = set()  # states that read through to a live one
-        for event in sorted(events, key=lambda e: e.key_seq):
-            self.snapshot.apply(event)
-            if event.key_seq > self._key_seq.get(event.key, 0):
-                self._key_seq[event.key] = event.key_seq
+        self.extend(events)
 
     @classmethod
     def of_snapshot(cls, keys: Iterable[FactKey], live: Snapshot, base_seq: int) -> Partition:
@@ -80,16 +77,12 @@ class Partition:
         return part
 
     def extend(self, events: Iterable[Event]) -> None:
-        """Fold events that came after the live states this partition was taken from
-        (`of_snapshot`) into its own states of their keys: another writer's, read in the
-        write's transaction. Only events `extends` accepts: each key's state alone takes
-        them."""
-        states = self.snapshot.keys
+        """Fold events into the partition in per-key order (a duplicate id once) and number
+        new events after them: the events read (`__init__`), or what came after the live
+        states it was taken from (`of_snapshot`; only events `extends` accepts, which its own
+        copies or forks of those states take alone)."""
         for event in sorted(events, key=lambda e: e.key_seq):
-            state = states.get(event.key)
-            if state is None:
-                state = states[event.key] = KeyState(event.key)
-            state.apply(event)
+            self.snapshot.apply(event)
             if event.key_seq > self._key_seq.get(event.key, 0):
                 self._key_seq[event.key] = event.key_seq
 
